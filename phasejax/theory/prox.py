@@ -118,6 +118,29 @@ class EnvelopeDerivatives:
     df_dhstar: Array
 
 
+def _prox_system(loss_h: Callable[[Array], Array], h_hat: Array, V_inv: Array) -> tuple[Array, Array]:
+    """`blockdiag(V_inv)` and the Hessian `H = blockdiag(V_inv) + d2 loss/dh2` at `h_hat (L, r)`."""
+    L, r = h_hat.shape
+    Vb = block_diag(*[V_inv[l] for l in range(L)])
+    hess_loss = jax.hessian(lambda hf: loss_h(hf.reshape(L, r)))(h_hat.reshape(-1))
+    return Vb, Vb + hess_loss
+
+
+def prox_omega_jacobian(loss_h: Callable[[Array], Array], h_hat: Array, omega: Array, V_inv: Array):
+    """`f (L, r)` and the diagonal blocks `d f_l / d omega_l (L, r, r)` at the optimum (implicit function theorem).
+
+    For a loss of `h` alone (GAMP's per-sample loss). `d h_hat / d omega = H^{-1} blockdiag(V_inv)`.
+    """
+    Vb, H = _prox_system(loss_h, h_hat, V_inv)
+    return jnp.einsum("lab,lb->la", V_inv, h_hat - omega), _diagonal_df_domega(Vb, H, *h_hat.shape)
+
+
+def _diagonal_df_domega(Vb: Array, H: Array, L: int, r: int) -> Array:
+    df_domega = Vb @ (small_linalg.solve(H, Vb) - jnp.eye(L * r, dtype=H.dtype))
+    idx = jnp.arange(L)
+    return df_domega.reshape(L, r, L, r)[idx, :, idx, :]
+
+
 def envelope_derivatives(
     loss: Callable[[Array, Array], Array], h_hat: Array, omega: Array, V_inv: Array, hstar: Array
 ) -> EnvelopeDerivatives:
@@ -136,15 +159,10 @@ def envelope_derivatives(
     """
     L, r = h_hat.shape
     t = hstar.shape[-1]
-    Vb = block_diag(*[V_inv[l] for l in range(L)])
-    hess_loss = jax.hessian(loss, argnums=0)(h_hat, hstar).reshape(L * r, L * r)
+    Vb, H = _prox_system(lambda h: loss(h, hstar), h_hat, V_inv)
     cross = jax.jacfwd(jax.grad(loss, argnums=0), argnums=1)(h_hat, hstar).reshape(L * r, L * t)
-    H = Vb + hess_loss
-    dh_domega = small_linalg.solve(H, Vb)
-    df_domega = Vb @ (dh_domega - jnp.eye(L * r, dtype=h_hat.dtype))
-    df_dhstar = -Vb @ small_linalg.solve(H, cross)
-    df_domega = df_domega.reshape(L, r, L, r)
-    df_dhstar = df_dhstar.reshape(L, r, L, t)
+    df_dhstar = (-Vb @ small_linalg.solve(H, cross)).reshape(L, r, L, t)
     idx = jnp.arange(L)
-    f = jnp.einsum("lab,lb->la", V_inv, h_hat - omega)
-    return EnvelopeDerivatives(f=f, df_domega=df_domega[idx, :, idx, :], df_dhstar=df_dhstar[idx, :, idx, :])
+    return EnvelopeDerivatives(f=jnp.einsum("lab,lb->la", V_inv, h_hat - omega),
+                               df_domega=_diagonal_df_domega(Vb, H, L, r),
+                               df_dhstar=df_dhstar[idx, :, idx, :])

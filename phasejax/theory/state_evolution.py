@@ -21,7 +21,6 @@ Example (paper setting, semantic branch at alpha = 2, omega = 0.3):
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Literal
 
 import jax
@@ -387,7 +386,7 @@ def hat_updates(
     `"zero"` at 0 only. `config.hat_form` picks the
     implicit-derivative or the Stein form of `Vhat` and `thetahat`.
     """
-    L, r, t = params.L, params.r, params.t
+    L, r = params.L, params.r
     maps = field_maps(ov, params, config.psd_tol)
     V0_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))
     V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]  # (L, r, r)
@@ -413,8 +412,13 @@ def hat_updates(
               "multi": lambda: jnp.stack([zero, omega.reshape(-1), h_warm])}[starts]()
         pr = moreau_prox(objective, h0, max_steps=config.prox_max_steps, tol=config.prox_tol)
         h_hat = pr.h.reshape(L, r)
-        der = envelope_derivatives(loss_of, h_hat, omega, V_inv, hstar)
-        return dict(f=der.f, dfdw=der.df_domega, dfdh=der.df_dhstar, M=pr.value,
+        if config.hat_form == "implicit":
+            der = envelope_derivatives(loss_of, h_hat, omega, V_inv, hstar)
+            f, dfdw, dfdh = der.f, der.df_domega, der.df_dhstar
+        else:  # the Stein form needs f only
+            f = jnp.einsum("lab,lb->la", V_inv, h_hat - omega)
+            dfdw = dfdh = None
+        return dict(f=f, dfdw=dfdw, dfdh=dfdh, M=pr.value,
                     loss=sample_loss(h_hat, T, params), xi=xi, eta=eta, h=pr.h,
                     gn=pr.grad_norm, conv=pr.converged)
 
