@@ -21,14 +21,14 @@ def timed(fn, repeat):
     import jax
 
     t0 = time.perf_counter()
-    jax.block_until_ready(fn())
+    out = jax.block_until_ready(fn())
     first = time.perf_counter() - t0
     runs = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn())
+        out = jax.block_until_ready(fn())
         runs.append(time.perf_counter() - t0)
-    return first, min(runs)
+    return first, min(runs), out
 
 
 def main(argv=None):
@@ -48,8 +48,7 @@ def main(argv=None):
     report = dict(date=datetime.date.today().isoformat(), device=str(jax.devices()[0].device_kind),
                   platform=jax.default_backend(), jax=jax.__version__, nodes=args.nodes, quadrature_size=quad.size)
     for branch in ("semantic", "positional"):
-        first, best = timed(lambda: solve_state_evolution(params, branch, quad), args.repeat)
-        res = solve_state_evolution(params, branch, quad)
+        first, best, res = timed(lambda: solve_state_evolution(params, branch, quad), args.repeat)
         report[f"{branch}_compile_plus_run_s"] = round(first, 3)
         report[f"{branch}_solve_s"] = round(best, 3)
         report[f"{branch}_iterations"] = int(res.iterations)
@@ -59,8 +58,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     alphas = rng.uniform(0.3, 3.0, args.batch)
     omegas = rng.uniform(0.0, 0.6, args.batch)
-    first, best = timed(lambda: solve_state_evolution_batch(params, alphas, omegas, "semantic", quad), 1)
-    res = solve_state_evolution_batch(params, alphas, omegas, "semantic", quad)
+    first, best, res = timed(lambda: solve_state_evolution_batch(params, alphas, omegas, "semantic", quad), 1)
     report.update(batch=args.batch, batch_s=round(best, 3), batch_points_per_s=round(args.batch / best, 3),
                   batch_converged=int(np.sum(np.asarray(res.converged))))
     print(f"batch of {args.batch} points (semantic), one vmapped call: {best:.2f} s, "
