@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 
+import jax
 import numpy as np
 
 from phasejax.theory import BRANCHES, STATUS_NAMES, SEConfig, gauss_hermite, make_params, quasi_monte_carlo
-from phasejax.theory import solve_state_evolution_batch
+from phasejax.theory import result_columns, solve_state_evolution_batch
 
 
 def main(argv=None):
@@ -43,18 +44,14 @@ def main(argv=None):
     quad = quasi_monte_carlo(dim, args.qmc) if args.qmc else gauss_hermite(dim, args.nodes)
     config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol)
     res = solve_state_evolution_batch(params, alpha, omega, args.branch, quad, config)
-    s2 = args.sigma**2
+    cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))
+    keys = ("q", "m", "V", "theta", "test_error", "train_loss", "residual")
     for i in range(alpha.shape[0]):
-        print(json.dumps(dict(
-            alpha=float(alpha[i]), omega=float(omega[i]), branch=args.branch,
-            q=s2 * float(res.overlaps.q0[i].ravel()[0]),
-            m=float(res.overlaps.m[i].ravel()[0]),
-            V=s2 * float(res.overlaps.V0[i].ravel()[0]),
-            theta=s2 * float(res.overlaps.theta0[i].ravel()[0]),
-            test_error=float(res.test_error[i]), train_loss=float(res.train_loss[i]),
-            converged=bool(res.converged[i]), iterations=int(res.iterations[i]),
-            status=STATUS_NAMES[int(res.status[i])], residual=float(res.residual[i]),
-        )))
+        row = dict(alpha=float(alpha[i]), omega=float(omega[i]), branch=args.branch)
+        row.update({k: float(cols[k][i]) for k in keys})
+        row.update(converged=bool(cols["converged"][i]), iterations=int(cols["iterations"][i]),
+                   status=STATUS_NAMES[int(cols["status"][i])])
+        print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from phasejax.theory import (
     stack_inits,
     validate_params,
 )
-from phasejax.theory.state_evolution import STATUS_NAMES, _solve
+from phasejax.theory.state_evolution import STATUS_NAMES, _solve, result_columns
 
 PHASE_BRANCHES = ("positional", "semantic")
 
@@ -75,24 +75,6 @@ class PhaseGrid:
         return dict(omega=w.ravel(), alpha=a.ravel(), branch=b.ravel().astype(np.int32))
 
 
-def _columns(res, params: TiedAttentionParams) -> dict[str, jax.Array]:
-    """Flatten an `SEResult` to scalar columns (per-token q, V, theta use token 1, spec convention)."""
-    s1 = params.sigma[0] ** 2
-    ov, hats = res.overlaps, res.hats
-    cols = dict(
-        q=s1 * ov.q0.ravel()[0], m=ov.m.ravel()[0], V=s1 * ov.V0.ravel()[0], theta=s1 * ov.theta0.ravel()[0],
-        test_error=res.test_error, train_loss=res.train_loss, residual=res.residual,
-        iterations=res.iterations, status=res.status, converged=res.converged,
-        subspace_gain=res.subspace_gain, prox_unconverged=res.prox_unconverged,
-    )
-    for name, arr in [("q0", ov.q0), ("m0", ov.m), ("V0", ov.V0), ("theta0", ov.theta0), ("qhat", hats.qhat),
-                      ("mhat", hats.mhat), ("Vhat", hats.Vhat), ("thetahat", hats.thetahat)]:
-        flat = arr.ravel()
-        for i in range(flat.shape[0]):
-            cols[f"{name}_{i}"] = flat[i]
-    return cols
-
-
 def make_chunk_fn(params: TiedAttentionParams, quadrature, config: SEConfig):
     """Pure batch function `{alpha, omega, branch} (C,) -> columns (C,)` for `run_chunked`."""
     inits = stack_inits([branch_init(b, params) for b in PHASE_BRANCHES])
@@ -100,7 +82,7 @@ def make_chunk_fn(params: TiedAttentionParams, quadrature, config: SEConfig):
     def one(alpha, omega, code):
         p = params.replace(alpha=alpha, omega=omega)
         init = jax.tree_util.tree_map(lambda x: x[code], inits)
-        return _columns(_solve(p, init, quadrature, config), p)
+        return result_columns(_solve(p, init, quadrature, config), p)
 
     def fn(chunk):
         return jax.vmap(one)(jnp.asarray(chunk["alpha"]), jnp.asarray(chunk["omega"]), jnp.asarray(chunk["branch"]))

@@ -186,6 +186,9 @@ class SEResult:
         `INVALID_ITERATE` or `INVALID_INPUT` (never a silent number).
       train_loss: `()` `e_t = R(Q_hat) / d` from the free energy (spec
         section 5); NaN likewise.
+      energetic_loss: `()` the same quantity computed directly from the
+        final proximal points, `alpha E[ell(h_hat, h*)] + lambda/2 tr q0`; the
+        two agree at a fixed point, so their difference is a consistency check.
       residual: `()` scaled max change `|F(x) - x|` at the returned point.
       iterations: `()` number of SE iterations.
       status: `()` int, one of `CONVERGED`, `MAX_ITERATIONS`, `INVALID_ITERATE`, `INVALID_INPUT`.
@@ -203,6 +206,7 @@ class SEResult:
     hats: Hats
     test_error: Array
     train_loss: Array
+    energetic_loss: Array
     residual: Array
     iterations: Array
     status: Array
@@ -638,8 +642,10 @@ def _solve_impl(params: TiedAttentionParams, init: BranchInit, quadrature: Quadr
     gain = _subspace_gain(ov, params, quadrature, config, hold_m, hold_theta, state["warm"])
     # An invalid point has no meaningful error or loss: NaN, explained by `status`.
     invalid = (status == INVALID_ITERATE) | (status == INVALID_INPUT)
-    eps_g, e_t, gain = (jnp.where(invalid, jnp.nan, v) for v in (eps_g, e_t, gain))
-    return SEResult(overlaps=ov, hats=hats, test_error=eps_g, train_loss=e_t, residual=state["residual"],
+    e_direct = params.alpha * ev.expected_loss + 0.5 * params.lam * jnp.trace(ov.q0)
+    eps_g, e_t, e_direct, gain = (jnp.where(invalid, jnp.nan, v) for v in (eps_g, e_t, e_direct, gain))
+    return SEResult(overlaps=ov, hats=hats, test_error=eps_g, train_loss=e_t, energetic_loss=e_direct,
+                    residual=state["residual"],
                     iterations=state["it"], status=status, converged=status == CONVERGED,
                     subspace_gain=gain, prox_grad_norm=ev.prox_grad_norm,
                     prox_unconverged=ev.prox_unconverged, sigma=params.sigma)
@@ -704,6 +710,31 @@ def solve_state_evolution(
     if quadrature.dim != dim:
         raise ValueError(f"quadrature has dimension {quadrature.dim}, but L (r + t) = {dim}")
     return _solve(params, init, quadrature, config)
+
+
+def result_columns(res: SEResult, params: TiedAttentionParams) -> dict[str, Array]:
+    """Flatten one `SEResult` to named scalar columns (for CSV / JSON output).
+
+    `q, V, theta` are the per-token `sigma_1^2 q0`, `sigma_1^2 V0`,
+    `sigma_1^2 theta0` of token 1 (first entry for `r, t > 1`), `m` the first
+    entry of `m`; every entry of the overlaps and hats follows as
+    `q0_i, m0_i, V0_i, theta0_i, qhat_i, mhat_i, Vhat_i, thetahat_i`. Vmappable.
+    """
+    s1 = params.sigma[0] ** 2
+    ov, hats = res.overlaps, res.hats
+    cols = dict(
+        q=s1 * ov.q0.ravel()[0], m=ov.m.ravel()[0], V=s1 * ov.V0.ravel()[0], theta=s1 * ov.theta0.ravel()[0],
+        test_error=res.test_error, train_loss=res.train_loss, energetic_loss=res.energetic_loss,
+        residual=res.residual,
+        iterations=res.iterations, status=res.status, converged=res.converged,
+        subspace_gain=res.subspace_gain, prox_unconverged=res.prox_unconverged,
+    )
+    for name, arr in [("q0", ov.q0), ("m0", ov.m), ("V0", ov.V0), ("theta0", ov.theta0), ("qhat", hats.qhat),
+                      ("mhat", hats.mhat), ("Vhat", hats.Vhat), ("thetahat", hats.thetahat)]:
+        flat = arr.ravel()
+        for i in range(flat.shape[0]):
+            cols[f"{name}_{i}"] = flat[i]
+    return cols
 
 
 def stack_inits(inits: list[BranchInit]) -> BranchInit:

@@ -66,11 +66,7 @@ def test_branch_stability_diagnostic(paper_solutions):
 def test_free_energy_equals_energetic_training_loss(paper_solutions):
     """At a fixed point the spec's e_t reduces to alpha E[ell(h_hat)] + lambda/2 tr q0."""
     for branch, res in paper_solutions.items():
-        init = branch_init(branch, PAPER)
-        ev = hat_updates(res.overlaps, PAPER, gauss_hermite(4, 10))
-        direct = PAPER.alpha * ev.expected_loss + 0.5 * PAPER.lam * jnp.trace(res.overlaps.q0)
-        assert float(res.train_loss) == pytest.approx(float(direct), rel=1e-5), branch
-        del init
+        assert float(res.train_loss) == pytest.approx(float(res.energetic_loss), rel=1e-6), branch
 
 
 def test_fixed_point_independent_of_quadrature_order():
@@ -207,8 +203,23 @@ def test_general_L_with_quasi_monte_carlo():
         res = solve_state_evolution(p, branch, q)
         assert bool(res.converged), branch
         assert res.q.shape == (3,) and res.m.shape == (1, 1)
-        ev = hat_updates(res.overlaps, p, q)
-        direct = p.alpha * ev.expected_loss + 0.5 * p.lam * jnp.trace(res.overlaps.q0)
-        assert float(res.train_loss) == pytest.approx(float(direct), rel=1e-4), branch
+        assert float(res.train_loss) == pytest.approx(float(res.energetic_loss), rel=1e-6), branch
     # no token-swap symmetry here, so the semantic branch is solved with m free
     assert float(jnp.abs(solve_state_evolution(p, "semantic", q).m[0, 0])) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("branch", ["semantic", pytest.param("positional", marks=pytest.mark.xfail(
+    strict=True, reason=("positional q is not converged in the Gauss-Hermite order: 0.0497 (4 nodes), "
+                         "0.0500 (10), 0.0522 (14); the integrand jumps where the prox's global minimiser "
+                         "switches basins, and a tensor rule converges slowly across jumps")))])
+def test_spec_check_values_at_high_quadrature_order(branch):
+    """The check values hold at 14 Gauss-Hermite nodes per dimension too (38416 nodes)."""
+    res = solve_state_evolution(PAPER, branch, gauss_hermite(4, 14))
+    ref = SPEC[branch]
+    assert bool(res.converged)
+    key = "theta" if branch == "semantic" else "m"
+    got = float(res.theta[0]) if key == "theta" else float(res.m[0, 0])
+    assert float(res.q[0]) == pytest.approx(ref["q"], rel=0.01)
+    assert got == pytest.approx(ref[key], rel=0.01)
+    assert float(res.V[0]) == pytest.approx(ref["V"], rel=0.05)
