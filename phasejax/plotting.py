@@ -1,23 +1,24 @@
-"""Figures of phase diagrams (matplotlib, Agg backend; files written atomically)."""
+"""Figures of phase diagrams (PNG files written atomically).
+
+Figures are built as `matplotlib.figure.Figure` objects, without pyplot, so
+importing this module leaves the user's matplotlib backend and state alone.
+"""
 
 from __future__ import annotations
 
 import io
 
-import matplotlib
+import numpy as np
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from phasejax.phase.sweep import atomic_write_bytes  # noqa: E402
+from phasejax.phase.diagram import by_branch
+from phasejax.phase.sweep import atomic_write_bytes
 
 
-def _save(fig, path: str) -> str:
+def _save(fig: Figure, path: str) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
-    plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -29,7 +30,8 @@ def plot_phase_map(pd, path: str) -> str:
     ok = np.asarray(pd.table["converged_positional"]) & np.asarray(pd.table["converged_semantic"])
     d = np.where(ok, d, np.nan)
     lim = np.nanmax(np.abs(d)) if np.any(np.isfinite(d)) else 1.0
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
     mesh = ax.pcolormesh(a, w, d, shading="nearest", cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -lim, lim))
     cb = fig.colorbar(mesh, ax=ax)
     cb.set_label(r"$\Delta e_t = e_t^{\rm sem} - e_t^{\rm pos}$   (blue: semantic is the global min.)")
@@ -54,12 +56,12 @@ def plot_omega_slice(pd, omega: float, path: str) -> str:
     w = np.asarray(pd.grid.omegas)
     i = int(np.argmin(np.abs(w - omega)))
     a = np.asarray(pd.grid.alphas)
-    nb = 2
-    get = lambda k: np.asarray(pd.points[k], float).reshape(len(w), len(a), nb)[i]
+    get = lambda k: by_branch(pd.grid, pd.points, k)[i]
     m, th, err, conv = get("m"), get("theta"), get("test_error"), get("converged").astype(bool)
     ac, al = pd.thresholds["alpha_c"][i], pd.thresholds["alpha_l"][i]
     eps_lin = pd.table["eps_lin"][i, 0]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 3.8), gridspec_kw=dict(wspace=0.3))
+    fig = Figure(figsize=(10.5, 3.8))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw=dict(wspace=0.3))
     ax1.plot(a, np.abs(m[:, 0]), "C1-o", ms=3, label=r"$|m|$ positional branch")
     ax1.plot(a, th[:, 1], "C0-o", ms=3, label=r"$\theta$ semantic branch")
     ax1.set_ylabel("overlap (per token)")

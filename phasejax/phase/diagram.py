@@ -161,10 +161,15 @@ def _write_csv(path: str, header, rows) -> str:
     return path
 
 
+def by_branch(grid: PhaseGrid, points: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+    """Column `key` of the task table as `(n_omega, n_alpha, n_branch)` (task order of `PhaseGrid.tasks`)."""
+    return np.asarray(points[key]).reshape(len(grid.omegas), len(grid.alphas), len(PHASE_BRANCHES))
+
+
 def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.ndarray) -> tuple[dict, dict]:
     """Per-point global minimum and per-omega thresholds from the branch solutions."""
-    nw, na, nb = len(grid.omegas), len(grid.alphas), len(PHASE_BRANCHES)
-    get = lambda k: np.asarray(points[k]).reshape(nw, na, nb)
+    nw, na = len(grid.omegas), len(grid.alphas)
+    get = lambda k: by_branch(grid, points, k)
     e, err, conv = get("train_loss"), get("test_error"), get("converged").astype(bool)
     q, m, th = get("q"), get("m"), get("theta")
     both = conv[..., 0] & conv[..., 1]

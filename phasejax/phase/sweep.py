@@ -158,7 +158,8 @@ def run_chunked(
             return None  # missing, truncated or corrupt: recompute
 
     mine = [i for i in range(n_chunks) if i % process_count == process_index]
-    todo = [i for i in mine if load(i) is None]
+    parts = {i: load(i) for i in mine}
+    todo = [i for i in mine if parts[i] is None]
     run = sharded(fn, devices)
     bar = None
     if progress and todo:
@@ -178,13 +179,15 @@ def run_chunked(
         out = {k: np.asarray(v)[valid] for k, v in out.items()}
         out["_task_index"] = idx[valid]
         _save_npz_atomic(chunk_path(i), out)
+        parts[i] = out
         computed += 1
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
 
-    parts = [load(i) for i in range(n_chunks)]
+    # other processes' chunks (multi-host) are read from disk once ours are done
+    parts = [parts[i] if i in parts else load(i) for i in range(n_chunks)]
     if any(p is None for p in parts):
         return None
     result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
