@@ -23,7 +23,7 @@ from phasejax.empirics.students import (
     random_init,
     semantic_init,
 )
-from phasejax.empirics.sweep import RUN_COLUMNS, TrainingGrid, TrainingRuns, train_run, train_students
+from phasejax.empirics.sweep import RUN_COLUMNS, TrainingGrid, TrainingRuns, train_run, train_students, write_runs_csv
 from phasejax.empirics.training import TrainConfig, TrainResult, minimize, student_risk, train_student
 
 __all__ = [
@@ -31,5 +31,5 @@ __all__ = [
     "TrainResult", "TrainingGrid", "TrainingRuns", "UntiedAttention", "check_data", "fresh_test_error",
     "generate_data", "init_weights", "make_student", "minimize", "overlaps_of", "positional_directions",
     "positional_init", "random_init", "sample_count", "sample_tokens", "semantic_init", "student_risk",
-    "teacher_labels", "test_error_from_overlaps", "train_run", "train_student", "train_students",
+    "teacher_labels", "test_error_from_overlaps", "train_run", "train_student", "train_students", "write_runs_csv",
 ]

@@ -55,3 +55,21 @@ def fresh_test_error(model_fn, x: Array, y: Array, p: Array) -> Array:
     """`1/(d L n) sum ||y - f(x)||^2` over a fresh test set `x, y (n, L, d)` (spec section 1)."""
     pred = model_fn(x, p)
     return jnp.mean((y - pred) ** 2)
+
+
+SOLUTIONS = ("positional", "semantic", "neither")
+
+
+def classify_solution(cos_m: Array, cos_theta: Array, threshold: float = 0.5) -> Array:
+    """Kind of a trained student from its direction cosines; codes index `SOLUTIONS`.
+
+    `cos_m = |u_1 . Q| / ||Q||` (alignment with the positional direction) and
+    `cos_theta = |Q* . Q| / (||Q*|| ||Q||)` (alignment with the teacher), for
+    `r = t = K = 1`. Positional (0) if `cos_m` exceeds `threshold` and
+    `cos_theta`, semantic (1) in the mirror case, neither (2) otherwise. At the
+    SE fixed points of the paper's setting `cos_m ~ 0.6` (positional) and
+    `cos_theta ~ 0.94` (semantic), the other cosine `O(d^-1/2)`.
+    """
+    positional = (cos_m > threshold) & (cos_m > cos_theta)
+    semantic = (cos_theta > threshold) & (cos_theta >= cos_m)
+    return jnp.where(positional, 0, jnp.where(semantic, 1, 2))

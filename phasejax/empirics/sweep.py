@@ -24,19 +24,23 @@ import numpy as np
 from flax import nnx
 
 from phasejax.empirics.data import positional_directions, sample_count, sample_tokens, teacher_labels
-from phasejax.empirics.metrics import fresh_test_error, test_error_from_overlaps
+from phasejax.empirics.metrics import SOLUTIONS, classify_solution, fresh_test_error, test_error_from_overlaps
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
+from phasejax.phase.diagram import _fmt, _write_csv
 from phasejax.phase.sweep import run_chunked
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.gamp import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
 from phasejax.theory.quadrature import Quadrature, gauss_hermite
 
-RUN_COLUMNS = ("alpha", "omega", "seed", "init", "d", "n", "m", "theta", "q", "train_loss", "test_error",
-               "test_error_theory", "grad_norm", "steps", "status", "converged")
+RUN_COLUMNS = ("alpha", "omega", "seed", "init", "d", "m", "theta", "q", "train_loss", "test_error",
+               "test_error_theory", "n", "grad_norm", "steps", "status", "converged", "cos_m", "cos_theta",
+               "solution")
 """Columns of `runs.csv`: `m, theta, q` per token (`m = u_1^T Q / sqrt(d)`, `theta = sigma_1^2 theta0`,
-`q = sigma_1^2 q0`, first entries for `r, t > 1`) as in `scripts/solve_se.py`; `train_loss = R / d`."""
+`q = sigma_1^2 q0`, first entries for `r, t > 1`) as in `scripts/solve_se.py`; `train_loss = R / d`;
+`test_error` on fresh samples, `test_error_theory` from the overlaps (spec section 5; linear student:
+spec section 6); `solution` by `classify_solution` (`SOLUTIONS` names); `status` of `minimize`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,16 +129,20 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
     s1 = params.sigma[0] ** 2
     nan = jnp.asarray(jnp.nan, jnp.float64)
     if Q is None:   # linear baseline: no overlaps; its theory is spec section 6
-        q = m = theta = nan
+        q = m = theta = cos_m = cos_theta = nan
         theory = linear_baseline_error(p_, gauss_hermite(params.L * params.t, 2 * quadrature_order(quadrature, params)))
     else:
         q0, m_, theta0 = Q.T @ Q / d, u @ Q / jnp.sqrt(d), Qstar.T @ Q / d
         q, m, theta = s1 * q0[0, 0], m_[0, 0], s1 * theta0[0, 0]
+        norm = jnp.sqrt(jnp.maximum(q0[0, 0], 1e-300))
+        cos_m = jnp.abs(m_[0, 0]) / norm
+        cos_theta = jnp.abs(theta0[0, 0]) / (norm * jnp.linalg.norm(Qstar[:, 0]) / jnp.sqrt(d))
         theory = (test_error_from_overlaps(q0, m_, theta0, p_, quadrature, rho0=Qstar.T @ Qstar / d)
                   if student == "tied" else nan)
     return dict(n=n, m=m, theta=theta, q=q, train_loss=res.loss / d, test_error=test_error,
                 test_error_theory=theory, grad_norm=res.grad_norm, steps=res.steps, status=res.status,
-                converged=res.converged)
+                converged=res.converged, cos_m=cos_m, cos_theta=cos_theta,
+                solution=jnp.where(jnp.isnan(cos_m), 2, classify_solution(cos_m, cos_theta)))
 
 
 def quadrature_order(quadrature: Quadrature, params: TiedAttentionParams) -> int:
@@ -166,26 +174,17 @@ class TrainingRuns:
         return [{k: self.runs[k][i] for k in self.runs} for i in range(n)]
 
     def write_csv(self, path: str) -> str:
-        """Write `runs.csv` (one row per run, `init` by name) atomically; returns the path."""
-        from phasejax.phase.sweep import atomic_write_text
+        """Write `runs.csv` (see `write_runs_csv`)."""
+        return write_runs_csv(self.runs, path)
 
-        lines = [",".join(RUN_COLUMNS)]
-        for row in self.rows():
-            vals = []
-            for k in RUN_COLUMNS:
-                v = row[k]
-                if k == "init":
-                    vals.append(INITS[int(v)])
-                elif k in ("seed", "d", "n", "steps", "status"):
-                    vals.append(str(int(v)))
-                elif k == "converged":
-                    vals.append(str(bool(v)).lower())
-                else:
-                    vals.append(f"{float(v):.10g}")
-            lines.append(",".join(vals))
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        atomic_write_text(path, "\n".join(lines) + "\n")
-        return path
+
+def write_runs_csv(runs: dict[str, np.ndarray], path: str) -> str:
+    """Write runs (one row each, columns `RUN_COLUMNS`, names for `init` and `solution`) to CSV atomically."""
+    names = {"init": INITS, "solution": SOLUTIONS}
+    rows = [[names[k][int(runs[k][i])] if k in names else _fmt(runs[k][i]) for k in RUN_COLUMNS]
+            for i in range(len(runs["alpha"]))]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return _write_csv(path, RUN_COLUMNS, rows)
 
 
 def train_students(

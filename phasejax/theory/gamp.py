@@ -157,7 +157,12 @@ def gamp(
                 return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + loss_h(h)
 
             zero = jnp.zeros(L * r, Q.dtype)
-            starts = zero[None] if prox_starts == "zero" else jnp.stack([zero, w_mu.reshape(-1), h_warm])
+            if prox_starts == "zero":
+                starts = zero[None]
+            elif prox_starts == "warm":
+                starts = h_warm[None]
+            else:
+                starts = jnp.stack([zero, w_mu.reshape(-1), h_warm])
             pr = moreau_prox(objective, starts)
             f, dfdw = prox_omega_jacobian(loss_h, pr.h.reshape(L, r), w_mu, V_inv)
             return f, dfdw, pr.h
@@ -169,35 +174,40 @@ def gamp(
         M_inv = jnp.linalg.inv(lam_eye + Ahat)
         return B @ M_inv, 0.5 * (M_inv + M_inv.T), f, h_hat
 
-    def body(state, _):
-        Q, C, f_prev, h_prev, status, it = state
+    def cond(state):
+        return (state[4] == -1) & (state[5] < max_iter)
+
+    def body(state):
+        Q, C, f_prev, h_prev, status, it, hist = state
         Q_new, C_new, f, h_hat = step(Q, C, f_prev, h_prev)
         Q_next = damping * Q + (1.0 - damping) * Q_new
         C_next = damping * C + (1.0 - damping) * C_new
         residual = jnp.linalg.norm(Q_new - Q) / jnp.maximum(jnp.linalg.norm(Q), 1e-300)
         bad = (~jnp.all(jnp.isfinite(Q_next)) | ~jnp.all(jnp.isfinite(C_next))
                | (jnp.linalg.eigvalsh(C_next)[0] <= 0) | (jnp.linalg.norm(Q_next) / sqrt_d > max_norm))
-        running = status == -1
-        new_status = jnp.where(bad, DIVERGED, jnp.where(residual < tol, CONVERGED, -1))
-        take = running & ~bad
-        # on convergence keep Q (the point whose residual was measured)
-        moving = take & (new_status == -1)
+        status = jnp.where(bad, DIVERGED, jnp.where(residual < tol, CONVERGED, -1))
+        # on convergence or divergence keep Q (the last good point, whose residual was measured)
+        moving = status == -1
         Q = jnp.where(moving, Q_next, Q)
         C = jnp.where(moving, C_next, C)
         f_prev = jnp.where(moving, f, f_prev)
         h_prev = jnp.where(moving, h_hat, h_prev)
-        status = jnp.where(running, new_status, status)
-        it = it + running.astype(it.dtype)
         ov = overlaps_of(Q, data)
-        return (Q, C, f_prev, h_prev, status, it), (ov["q0"], ov["m"], ov["theta0"],
-                                                      jnp.where(running, residual, jnp.nan))
+        hist = tuple(h.at[it].set(v) for h, v in zip(hist, (ov["q0"], ov["m"], ov["theta0"], residual)))
+        return Q, C, f_prev, h_prev, status, it + 1, hist
 
     f0 = jnp.zeros((n, L, r), Q0.dtype)
     h0 = jnp.einsum("nld,dr->nlr", inp.xt, Q0).reshape(n, L * r) / sqrt_d
-    state0 = (Q0, C0, f0, h0, jnp.asarray(-1), jnp.asarray(0))
-    (Q, C, _, _, status, it), (q0s, ms, ths, res) = jax.lax.scan(body, state0, None, length=max_iter)
-    status = jnp.where(status == -1, MAX_ITERATIONS, status)
     ov0 = overlaps_of(Q0, data)
+    hist0 = tuple(jnp.broadcast_to(v, (max_iter,) + v.shape) for v in (ov0["q0"], ov0["m"], ov0["theta0"]))
+    hist0 = hist0 + (jnp.full((max_iter,), jnp.nan, Q0.dtype),)
+    state0 = (Q0, C0, f0, h0, jnp.asarray(-1), jnp.asarray(0), hist0)
+    # a while loop: the time to converge is what it costs (no frozen iterations after the stop)
+    Q, C, _, _, status, it, (q0s, ms, ths, res) = jax.lax.while_loop(cond, body, state0)
+    after = jnp.arange(max_iter) >= it   # overlaps frozen at the final iterate after the stop
+    q0s, ms, ths = (jnp.where(after.reshape((-1,) + (1,) * (h.ndim - 1)), h[jnp.maximum(it - 1, 0)], h)
+                    for h in (q0s, ms, ths))
+    status = jnp.where(status == -1, MAX_ITERATIONS, status)
     grad = jax.grad(empirical_risk)(Q, data, params)
     scale = jnp.maximum(jnp.max(jnp.abs(params.lam * Q)), 1e-300)
     return GAMPResult(Q=Q, C=C, q0=jnp.concatenate([ov0["q0"][None], q0s]), m=jnp.concatenate([ov0["m"][None], ms]),

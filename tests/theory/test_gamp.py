@@ -84,3 +84,17 @@ def test_undamped_divergence_is_reported():
     data, res = _run(200, damping=0.0, max_iter=200)
     assert int(res.status) == DIVERGED and not bool(res.converged)
     assert bool(jnp.all(jnp.isfinite(res.Q)))       # the last good iterate, not NaN
+
+
+def test_gamp_as_a_solver_reaches_the_minimum_lbfgs_reaches(gamp_400):
+    """From the same init GAMP and L-BFGS (`phasejax.empirics.minimize`) end at the same minimiser of R."""
+    from phasejax.empirics import TrainConfig, minimize
+    from phasejax.theory.gamp import gamp_inputs, gram_risk
+
+    data, res = gamp_400
+    Q0 = init_weights(jax.random.PRNGKey(100), data, *SEM_INIT)   # the init of `_run(400)`
+    inputs = gamp_inputs(data)
+    lbfgs = jax.jit(lambda Q: minimize(lambda q: gram_risk(q, inputs, PAPER), Q, TrainConfig("lbfgs", gtol=1e-9)))(Q0)
+    assert bool(lbfgs.converged)
+    np.testing.assert_allclose(empirical_risk(res.Q, data, PAPER), lbfgs.loss, rtol=1e-9)
+    assert float(jnp.linalg.norm(res.Q - lbfgs.params) / jnp.linalg.norm(lbfgs.params)) < 1e-4

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Benchmark of the empirical sweeps and of the solvers that train one student.
+
+    python scripts/bench_training.py                       # GPU-sized: d = 1000, 5 seeds x 20 alphas x 5 omegas
+    python scripts/bench_training.py --d 200 --chunk-size 100 --steps 50   # what fits a 2-core CPU
+
+1. Sweep throughput: the whole (seed, alpha, omega) grid of tied students,
+   `--steps` full-batch GD steps each (fixed, so every run does the same
+   work), in one compiled vmapped call per chunk (one call when
+   `--chunk-size` >= the grid), in runs x steps per second; against the same
+   runs in a Python loop, one jitted run at a time (the reference's
+   structure; `--loop-runs` of them are timed and the rate extrapolated).
+   Compilation is timed separately and excluded from both rates.
+2. Solvers to convergence on the same data and init (semantic init,
+   `alpha = 1.5`, `omega = 0.3`, `--solver-seeds` data sets): L-BFGS, GD and
+   Adam stopped at RMS gradient `--gtol`, and GAMP (spec section 7) stopped
+   on its relative change of `Q`; steps, seconds and the risk reached.
+Writes a JSON record to --out (default results/bench/training_<platform>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def _timed(fn, *args):
+    import jax
+
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - t0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=int, default=1000)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--n-alpha", type=int, default=20)
+    ap.add_argument("--n-omega", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=100, help="GD steps per run in the throughput test")
+    ap.add_argument("--chunk-size", type=int, default=500, help="runs per compiled call")
+    ap.add_argument("--loop-runs", type=int, default=10)
+    ap.add_argument("--solver-seeds", type=int, default=3)
+    ap.add_argument("--gtol", type=float, default=1e-7)
+    ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    import jax
+    import jax.numpy as jnp
+
+    from phasejax.empirics import TrainConfig, TrainingGrid, generate_data, semantic_init, train_run
+    from phasejax.empirics.sweep import make_training_fn
+    from phasejax.empirics.training import minimize
+    from phasejax.theory import gauss_hermite, make_params
+    from phasejax.theory.gamp import empirical_risk, gamp, gamp_inputs, gram_risk
+
+    params = make_params(1.0, 0.3)
+    quad = gauss_hermite(4, 8)
+    record = dict(date=datetime.date.today().isoformat(), device=str(jax.devices()[0].device_kind),
+                  platform=jax.default_backend(), jax=jax.__version__, host=platform.node(), args=vars(args))
+
+    # ---------------------------------------------------------------- 1. sweep vs loop
+    if not args.skip_sweep:
+        grid = TrainingGrid(alphas=np.round(np.linspace(0.1, 2.0, args.n_alpha), 10),
+                            omegas=np.round(np.linspace(0.0, 0.5, args.n_omega), 10),
+                            seeds=tuple(range(args.seeds)), inits=("semantic",), d=args.d)
+        config = TrainConfig("gd", max_steps=args.steps, gtol=1e-300)   # fixed work per run
+        tasks = grid.tasks()
+        n_runs = len(tasks["alpha"])
+        chunk = min(args.chunk_size, n_runs)
+        fn = make_training_fn(grid, params, config=config, quadrature=quad)
+        batch = jax.jit(fn)
+        first = {k: v[:chunk] for k, v in tasks.items()}
+        t0 = time.perf_counter()
+        compiled = batch.lower(first).compile()
+        t_compile = time.perf_counter() - t0
+        t_run = 0.0
+        for start in range(0, n_runs, chunk):
+            part = {k: np.resize(v[start:start + chunk], chunk) for k, v in tasks.items()}  # last chunk padded
+            out, dt = _timed(compiled, part)
+            t_run += dt
+        assert int(np.min(out["steps"])) == args.steps
+        sweep_rate = n_runs * args.steps / t_run
+
+        one = jax.jit(lambda s, a, w, i: train_run(s, a, w, i, params=params, d=grid.d, n_max=grid.n_max,
+                                                   config=config, quadrature=quad))
+        t0 = time.perf_counter()
+        one_c = one.lower(tasks["seed"][0], tasks["alpha"][0], tasks["omega"][0], tasks["init"][0]).compile()
+        t_compile_one = time.perf_counter() - t0
+        k = min(args.loop_runs, n_runs)
+        idx = np.linspace(0, n_runs - 1, k).astype(int)
+        t0 = time.perf_counter()
+        for i in idx:
+            jax.block_until_ready(one_c(tasks["seed"][i], tasks["alpha"][i], tasks["omega"][i], tasks["init"][i]))
+        t_loop = time.perf_counter() - t0
+        loop_rate = k * args.steps / t_loop
+        record["sweep"] = dict(
+            runs=n_runs, steps_per_run=args.steps, d=args.d, n_max=grid.n_max, chunk_size=chunk,
+            n_calls=int(np.ceil(n_runs / chunk)), compile_s=t_compile, run_s=t_run,
+            runs_x_steps_per_s=sweep_rate, loop_runs_timed=k, loop_compile_s=t_compile_one,
+            loop_s_per_run=t_loop / k, loop_runs_x_steps_per_s=loop_rate, speedup=sweep_rate / loop_rate,
+        )
+        print(f"sweep: {n_runs} runs x {args.steps} GD steps at d={args.d} in {int(np.ceil(n_runs / chunk))} call(s): "
+              f"{t_run:.1f} s (+{t_compile:.1f} s compile) = {sweep_rate:.0f} runs x steps / s")
+        print(f"loop:  {t_loop / k:.2f} s per run = {loop_rate:.0f} runs x steps / s;  ratio {sweep_rate / loop_rate:.1f}x")
+
+    # ---------------------------------------------------------------- 2. solvers to convergence
+    d = args.d
+    p15 = make_params(1.5, 0.3)
+    n = int(round(1.5 * d))
+    rows = {name: [] for name in ("lbfgs", "gd", "adam", "gamp")}
+    for seed in range(args.solver_seeds):
+        data = generate_data(jax.random.PRNGKey(1000 + seed), p15, d, n)
+        inputs = gamp_inputs(data)
+        Q0 = semantic_init(data.Qstar, 1)
+        for name in ("lbfgs", "gd", "adam"):
+            cfg = TrainConfig(name, max_steps=50000, gtol=args.gtol)
+            solve = jax.jit(lambda Q, inputs=inputs, cfg=cfg: minimize(lambda q: gram_risk(q, inputs, p15), Q, cfg))
+            solve.lower(Q0).compile()
+            res, dt = _timed(solve, Q0)
+            rows[name].append(dict(steps=int(res.steps), seconds=dt, risk_per_d=float(res.loss) / d,
+                                   grad_rms=float(res.grad_norm), converged=bool(res.converged), Q=res.params))
+        run_gamp = lambda Q, data=data: gamp(data, p15, Q, jnp.array([[50.0]]), max_iter=500, damping=0.5,  # noqa: E731
+                                             tol=1e-8)
+        run_gamp(Q0)   # compile
+        res, dt = _timed(run_gamp, Q0)
+        rows["gamp"].append(dict(steps=int(res.iterations), seconds=dt,
+                                 risk_per_d=float(empirical_risk(res.Q, data, p15)) / d,
+                                 grad_rms=float(jnp.linalg.norm(jax.grad(empirical_risk)(res.Q, data, p15)) / np.sqrt(d)),
+                                 converged=bool(res.converged), Q=res.Q))
+    ref = rows["lbfgs"]
+    summary = {}
+    for name, rs in rows.items():
+        dist = [float(jnp.linalg.norm(r["Q"] - q["Q"]) / jnp.linalg.norm(q["Q"])) for r, q in zip(rs, ref)]
+        summary[name] = dict(
+            median_steps=float(np.median([r["steps"] for r in rs])),
+            median_seconds=float(np.median([r["seconds"] for r in rs])),
+            all_converged=all(r["converged"] for r in rs),
+            max_risk_gap_per_d=float(max(abs(r["risk_per_d"] - q["risk_per_d"]) for r, q in zip(rs, ref))),
+            max_rel_distance_to_lbfgs=max(dist),
+            max_grad_rms=max(r["grad_rms"] for r in rs),
+        )
+        s = summary[name]
+        print(f"{name:6s} steps {s['median_steps']:7.0f}  {s['median_seconds']:7.3f} s  converged {s['all_converged']}  "
+              f"|risk - lbfgs|/d {s['max_risk_gap_per_d']:.1e}  |Q - Q_lbfgs|/|Q| {s['max_rel_distance_to_lbfgs']:.1e}")
+    record["solvers"] = dict(alpha=1.5, omega=0.3, d=d, n=n, init="semantic", gtol_rms=args.gtol,
+                             gamp=dict(damping=0.5, tol=1e-8, C0=50.0), results=summary)
+    out = args.out or os.path.join("results", "bench", f"training_{jax.default_backend()}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(record, fh, indent=2)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

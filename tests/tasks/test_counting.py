@@ -1,0 +1,132 @@
+"""Histogram task (issue 6): labels, explicit constructions, padded and vmapped counting sweeps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax.tasks.counting import (
+    COUNTING_CONFIGS,
+    CountingConfig,
+    CountingGrid,
+    counting_logits,
+    counting_run,
+    counting_sweep,
+    init_counting_params,
+    inventory_counting_params,
+    relation_counting_params,
+    train_counting,
+    unpad,
+)
+from phasejax.tasks.histogram import (
+    IGNORE,
+    HistogramTask,
+    all_sequences,
+    histogram_labels,
+    masked_accuracy,
+    model_inputs,
+    sample_sequences,
+)
+
+
+def test_histogram_labels_match_the_definition_and_bos_is_not_scored():
+    # [B, A, A, D, E] -> [1, 2, 2, 1, 1]
+    np.testing.assert_array_equal(histogram_labels(jnp.array([[1, 0, 0, 3, 4]])), [[1, 2, 2, 1, 1]])
+    task = HistogramTask(T=5, L=7, bos=True)
+    toks = np.asarray(sample_sequences(jax.random.PRNGKey(0), task, 200))
+    brute = np.array([[np.sum(row == v) for v in row] for row in toks])
+    np.testing.assert_array_equal(histogram_labels(jnp.asarray(toks)), brute)
+    mt, lab = model_inputs(jnp.asarray(toks), task)
+    assert mt.shape == lab.shape == (200, 8)
+    np.testing.assert_array_equal(mt[:, 0], 5)            # BOS id T, first
+    np.testing.assert_array_equal(lab[:, 0], IGNORE)      # not scored
+    np.testing.assert_array_equal(lab[:, 1:], brute)
+    assert toks.min() >= 0 and toks.max() < 5
+
+
+def test_masked_accuracy_ignores_the_bos_position():
+    logits = jax.nn.one_hot(jnp.array([[0, 2, 1]]), 4)
+    assert float(masked_accuracy(logits, jnp.array([[IGNORE, 2, 1]]))) == 1.0
+    assert float(masked_accuracy(logits, jnp.array([[IGNORE, 2, 3]]))) == 0.5
+
+
+def test_all_sequences_is_exhaustive():
+    seqs = all_sequences(HistogramTask(T=3, L=4))
+    assert seqs.shape == (81, 4) and len({tuple(s) for s in seqs}) == 81
+    with pytest.raises(ValueError, match="max_count"):
+        all_sequences(HistogramTask(T=32, L=10))
+
+
+def _accuracy(params, task, cfg, toks):
+    mt, lab = model_inputs(jnp.asarray(toks), task)
+    return float(masked_accuracy(counting_logits(params, mt, cfg, params["E"].shape[1], params["b1"].shape[0]), lab))
+
+
+@pytest.mark.parametrize("T,L,d", [(4, 5, None), (3, 6, 7)])
+def test_explicit_constructions_are_exact_on_every_sequence(T, L, d):
+    rel_task, inv_task = HistogramTask(T, L, bos=True), HistogramTask(T, L)
+    seqs = all_sequences(inv_task)
+    assert _accuracy(relation_counting_params(rel_task, d), rel_task, COUNTING_CONFIGS["dot+BOS+softmax"], seqs) == 1.0
+    assert _accuracy(inventory_counting_params(inv_task, d), inv_task, COUNTING_CONFIGS["linear"], seqs) == 1.0
+    assert _accuracy(inventory_counting_params(inv_task, d, softmax=True), inv_task,
+                     COUNTING_CONFIGS["linear+softmax"], seqs) == 1.0
+
+
+def test_explicit_constructions_are_exact_at_the_papers_size():
+    seqs = np.asarray(sample_sequences(jax.random.PRNGKey(1), HistogramTask(32, 10), 50_000))
+    rel = relation_counting_params(HistogramTask(32, 10, bos=True))
+    assert rel["W1"].shape == (32, 1)                           # d = T, p = 1
+    assert _accuracy(rel, HistogramTask(32, 10, bos=True), COUNTING_CONFIGS["dot+BOS+softmax"], seqs) == 1.0
+    inv = inventory_counting_params(HistogramTask(32, 10))
+    assert inv["W1"].shape == (32, 32)                          # d = T, p = T
+    assert _accuracy(inv, HistogramTask(32, 10), COUNTING_CONFIGS["linear"], seqs) == 1.0
+    with pytest.raises(ValueError, match="d >= T"):
+        relation_counting_params(HistogramTask(32, 10, bos=True), d=16)
+
+
+def test_six_configurations():
+    assert list(COUNTING_CONFIGS) == ["linear", "linear+softmax", "dot", "dot+softmax", "dot+BOS", "dot+BOS+softmax"]
+    assert CountingConfig.from_name("dot+BOS").bos
+    with pytest.raises(ValueError, match="unknown configuration"):
+        CountingConfig.from_name("mlp")
+
+
+@pytest.mark.parametrize("name", ["dot+BOS+softmax", "linear"])
+def test_masked_padding_trains_like_the_unpadded_model(name):
+    task, cfg = HistogramTask(6, 5), COUNTING_CONFIGS[name]
+    d, p = 4, 3
+    padded0 = init_counting_params(jax.random.PRNGKey(0), task, cfg, d, p, d_max=8, p_max=8)
+    small0 = unpad(padded0, d, p)
+    key = jax.random.PRNGKey(1)
+    padded, loss_pad = train_counting(padded0, key, task, cfg, d, p, steps=40, batch_size=32)
+    small, loss_small = train_counting(small0, key, task, cfg, d, p, steps=40, batch_size=32)
+    np.testing.assert_allclose(loss_pad, loss_small, rtol=1e-4, atol=1e-6)
+    for k in small:
+        np.testing.assert_allclose(unpad(padded, d, p)[k], small[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    # padded entries never move
+    np.testing.assert_array_equal(padded["W1"][d:], padded0["W1"][d:])
+    np.testing.assert_array_equal(padded["W2"][p:], padded0["W2"][p:])
+
+
+def test_small_vmapped_sweep_equals_its_runs_one_by_one(tmp_path):
+    task, cfg = HistogramTask(6, 5), COUNTING_CONFIGS["dot+softmax"]
+    grid = CountingGrid(ds=(2, 4), ps=(1, 3), seeds=(0, 1))
+    kw = dict(task=task, cfg=cfg, d_max=4, p_max=3, steps=30, batch_size=16, n_test=256)
+    swept = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, run_dir=str(tmp_path), chunk_size=3)
+    one = jax.jit(lambda s, d, p: counting_run(s, d, p, **kw))
+    tasks = grid.tasks()
+    for i in range(len(tasks["d"])):
+        r = one(tasks["seed"][i], tasks["d"][i], tasks["p"][i])
+        np.testing.assert_allclose(swept["final_loss"][i], r["final_loss"], rtol=1e-5)
+        np.testing.assert_allclose(swept["accuracy"][i], r["accuracy"], atol=2 / 1280)   # float32 ties at most
+    again = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, run_dir=str(tmp_path), chunk_size=3)
+    np.testing.assert_array_equal(again["accuracy"], swept["accuracy"])   # resumed from disk
+
+
+def test_bad_task_inputs():
+    with pytest.raises(ValueError, match="T"):
+        HistogramTask(T=0)
+    with pytest.raises(ValueError, match="mixing"):
+        CountingConfig("mlp")
+    with pytest.raises(ValueError, match="d and p"):
+        CountingGrid(ds=(0, 2))
