@@ -214,7 +214,7 @@ def plot_solution_fractions(alphas, fractions: np.ndarray, names, path: str, tit
 
 
 def plot_gamp_vs_se(traj: dict, fixed_rows: list, cols: list, path: str, *, d: int, fp_d: int, alpha: float,
-                    damping: float, sigma2: float = 0.25) -> str:
+                    damping, sigma2: float = 0.25) -> str:
     """GAMP per-iteration overlaps (thin lines, one per seed) vs the SE trajectory, and fixed points vs alpha.
 
     `traj[(branch, seed)]` are `GAMPResult`s, `traj[("se", branch, form)]` SE `Overlaps` trajectories;
@@ -258,7 +258,8 @@ def plot_gamp_vs_se(traj: dict, fixed_rows: list, cols: list, path: str, *, d: i
         ax.set_title(f"{branch} init: fixed points vs $\\alpha$ ($d={fp_d}$)", fontsize=9)
         ax.set_xlabel(r"$\alpha$")
         ax.legend(fontsize=7)
-    fig.suptitle(rf"GAMP vs state evolution: trajectories at $d={d}$, $\alpha={alpha:g}$, damping {damping:g}",
+    fig.suptitle(rf"GAMP vs state evolution: trajectories at $d={d}$, $\alpha={alpha:g}$; damping (semantic, "
+                 rf"positional) = {tuple(damping)}",
                  fontsize=10)
     return _save(fig, path)
 

@@ -26,7 +26,6 @@ import argparse
 import os
 import time
 
-import numpy as np
 
 INITS = {"semantic": (1.0, 0.0, 0.6), "positional": (0.08, 0.2, 0.0)}   # (q0, m, theta0) of Q0
 
@@ -39,7 +38,8 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=2.0, help="alpha of the trajectories")
     ap.add_argument("--alphas", type=float, nargs="+", default=[1.0, 1.5, 2.0], help="fixed points")
     ap.add_argument("--omega", type=float, default=0.3)
-    ap.add_argument("--damping", type=float, default=0.8, help="weight of the old iterate (GAMP and SE)")
+    ap.add_argument("--damping", type=float, nargs=2, default=[0.5, 0.8], metavar=("SEMANTIC", "POSITIONAL"),
+                    help="weight of the old iterate (GAMP and SE) per branch; 0.5 diverges on the positional one")
     ap.add_argument("--max-iter", type=int, default=200)
     ap.add_argument("--C0", type=float, default=50.0)
     ap.add_argument("--nodes", type=int, default=8)
@@ -66,11 +66,12 @@ def main(argv=None):
         params = make_params(alpha, args.omega)
         n = int(round(alpha * d))
         for branch, (q0, m, th) in INITS.items():
+            damping = args.damping[0] if branch == "semantic" else args.damping[1]
             se = result_columns(solve_state_evolution(params, init=branch, quadrature=quad), params)
             for seed in range(args.seeds):
                 data = generate_data(jax.random.PRNGKey(seed), params, d, n)
                 Q0 = init_weights(jax.random.PRNGKey(1000 + seed), data, q0, m, th)
-                res = gamp(data, params, Q0, jnp.array([[args.C0]]), max_iter=args.max_iter, damping=args.damping)
+                res = gamp(data, params, Q0, jnp.array([[args.C0]]), max_iter=args.max_iter, damping=damping)
                 it = int(res.iterations)
                 fixed_rows.append([alpha, args.omega, branch, d, seed, s2 * float(res.q0[it, 0, 0]),
                                    float(res.m[it, 0, 0]), s2 * float(res.theta0[it, 0, 0]), float(se["q"]),
@@ -89,7 +90,7 @@ def main(argv=None):
                                V0=jnp.array([[args.C0]]),
                                theta0=jnp.mean(jnp.stack([traj[branch, s].theta0[0] for s in range(args.seeds)]), 0))
                 for form in ("implicit", "stein"):
-                    tr = state_evolution_trajectory(params, ov0, quad, first.q0.shape[0] - 1, args.damping,
+                    tr = state_evolution_trajectory(params, ov0, quad, first.q0.shape[0] - 1, damping,
                                                     SEConfig(hat_form=form))
                     traj["se", branch, form] = tr
                     for t in range(tr.q0.shape[0]):

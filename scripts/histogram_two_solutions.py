@@ -44,7 +44,6 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import jax
-    import jax.numpy as jnp
     import optax
     from flax import nnx
 

@@ -63,7 +63,7 @@ def test_random_init_stats_fractions_sum_to_one(tmp_path):
 
 
 def test_gamp_vs_se_writes_the_fixed_points_contract(tmp_path):
-    _load("gamp_vs_se").main(["--d", "40", "--seeds", "1", "--alpha", "2.0", "--alphas", "2.0", "--fp-d", "30", "--max-iter", "3",
+    _load("gamp_vs_se").main(["--d", "40", "--seeds", "1", "--alpha", "2.0", "--alphas", "2.0", "--fp-d", "40", "--max-iter", "3",
                               "--nodes", "3", "--out", str(tmp_path)])
     assert _csv_header(tmp_path / "fixed_points.csv") == ["alpha", "omega", "branch", "d", "seed", "q", "m", "theta",
                                                           "se_q", "se_m", "se_theta", "grad_norm", "converged"]

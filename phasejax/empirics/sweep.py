@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +29,7 @@ from phasejax.empirics.training import TrainConfig, minimize, student_risk
 from phasejax.phase.diagram import _fmt, _write_csv
 from phasejax.phase.sweep import run_chunked
 from phasejax.theory.baselines import linear_baseline_error
-from phasejax.theory.gamp import gram_inputs, gram_risk
+from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
 from phasejax.theory.quadrature import Quadrature, gauss_hermite
 
@@ -242,16 +241,8 @@ def train_students(
                target=getattr(params.target, "__name__", repr(params.target)),
                student_fn=getattr(params.student, "__name__", repr(params.student)))
     tasks = grid.tasks()
-
-    def run(directory):
-        return run_chunked(fn, tasks, directory, cfg, chunk_size=chunk_size, devices=devices, progress=progress,
-                           max_chunks=max_chunks, process_index=process_index, process_count=process_count)
-
-    if run_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = run(tmp)
-    else:
-        out = run(run_dir)
+    out = run_chunked(fn, tasks, run_dir, cfg, chunk_size=chunk_size, devices=devices, progress=progress,
+                      max_chunks=max_chunks, process_index=process_index, process_count=process_count)
     if out is None:
         return None
     out = dict(out)

@@ -89,7 +89,7 @@ def sharded(fn: Callable, devices) -> Callable:
 def run_chunked(
     fn: Callable[[dict], dict],
     tasks: Tasks,
-    run_dir: str,
+    run_dir: str | None,
     config: Mapping,
     *,
     chunk_size: int = 16,
@@ -106,7 +106,8 @@ def run_chunked(
         (vmapped inside); called with chunks of exactly `chunk_size` tasks (the
         last chunk is padded by repeating its last task; padding is dropped).
       tasks: dict of equal-length 1-d numpy arrays (one entry per task).
-      run_dir: output folder; `config.json` and `chunks/chunk_XXXXX.npz` go there.
+      run_dir: output folder; `config.json` and `chunks/chunk_XXXXX.npz` go there
+        (`None`: a temporary folder, so nothing is kept or resumed).
       config: JSON-serialisable description of the run (recorded with the
         library version; a run directory holding another config is refused).
       chunk_size: tasks per compiled call; rounded up to a multiple of the
@@ -118,6 +119,10 @@ def run_chunked(
       dict of arrays with a leading axis of `len(tasks)`, in task order, or
       `None` if not every chunk is finished yet.
     """
+    if run_dir is None:   # nothing to resume: a temporary folder, removed afterwards
+        with tempfile.TemporaryDirectory() as tmp:
+            return run_chunked(fn, tasks, tmp, config, chunk_size=chunk_size, devices=devices, progress=progress,
+                               process_index=process_index, process_count=process_count, max_chunks=max_chunks)
     names = list(tasks)
     if not names:
         raise ValueError("tasks must hold at least one column")
@@ -128,7 +133,8 @@ def run_chunked(
         if np.asarray(tasks[k]).shape != (n,):
             raise ValueError(f"task column {k!r} must have shape ({n},), got {np.asarray(tasks[k]).shape}")
     devices = list(jax.local_devices() if devices is None else devices)
-    chunk_size = int(np.ceil(max(1, chunk_size) / len(devices)) * len(devices))
+    chunk_size = min(max(1, chunk_size), n)   # never pad a small task table up to a large chunk
+    chunk_size = int(np.ceil(chunk_size / len(devices)) * len(devices))
     n_chunks = int(np.ceil(n / chunk_size))
     fingerprint = config_fingerprint(config, tasks)
 

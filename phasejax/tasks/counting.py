@@ -25,15 +25,19 @@ vmaps it over `(d, p, seed)` in resumable chunks. Explicit constructions:
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from phasejax.tasks.histogram import HistogramTask, masked_accuracy, masked_cross_entropy, sample_batch
+from phasejax.tasks.histogram import (
+    HistogramTask,
+    masked_accuracy,
+    masked_cross_entropy,
+    sample_batch,
+    train_online,
+)
 
 Array = jax.Array
 F32 = jnp.float32
@@ -136,20 +140,10 @@ def train_counting(params0: dict, key: Array, task: HistogramTask, cfg: Counting
                    batch_size: int = 128, learning_rate: float = 1e-3) -> tuple[dict, Array]:
     """Adam on fresh batches (online: one new batch per step). Returns `(params, losses (steps,))`."""
     tk = _task_for(task, cfg)
-    opt = optax.adam(learning_rate)
-
-    def loss_fn(params, tokens, labels):
-        return masked_cross_entropy(counting_logits(params, tokens, cfg, d, p), labels)
-
-    def step(carry, k):
-        params, state = carry
-        tokens, labels = sample_batch(k, tk, batch_size)
-        loss, grad = jax.value_and_grad(loss_fn)(params, tokens, labels)
-        updates, state = opt.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), loss
-
-    (params, _), losses = jax.lax.scan(step, (params0, opt.init(params0)), jax.random.split(key, steps))
-    return params, losses
+    return train_online(lambda prm, tokens, labels: masked_cross_entropy(counting_logits(prm, tokens, cfg, d, p),
+                                                                        labels),
+                        params0, key, lambda k: sample_batch(k, tk, batch_size), steps=steps,
+                        optimizer=optax.adam(learning_rate))
 
 
 def counting_accuracy(params: dict, key: Array, task: HistogramTask, cfg: CountingConfig, d, p,
@@ -220,17 +214,8 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig,
                   seeds=list(grid.seeds), steps=steps, batch_size=batch_size, learning_rate=learning_rate,
                   n_test=n_test, optimizer="adam", data="online (fresh batch per step)")
     tasks = grid.tasks()
-
-    def run(directory):
-        return run_chunked(fn, tasks, directory, config, chunk_size=chunk_size, devices=devices, progress=progress,
-                           max_chunks=max_chunks)
-
-    if run_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = run(tmp)
-    else:
-        os.makedirs(run_dir, exist_ok=True)
-        out = run(run_dir)
+    out = run_chunked(fn, tasks, run_dir, config, chunk_size=chunk_size, devices=devices, progress=progress,
+                      max_chunks=max_chunks)
     if out is None:
         return None
     out = dict(out)

@@ -100,3 +100,21 @@ def masked_cross_entropy(logits: Array, labels: Array) -> Array:
     scored = labels != IGNORE
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(scored, labels, 0))
     return jnp.sum(jnp.where(scored, ce, 0.0)) / jnp.maximum(jnp.sum(scored), 1)
+
+
+def train_online(loss_fn, params0, key: Array, sample, *, steps: int, optimizer) -> tuple[object, Array]:
+    """`steps` optimiser steps, each on a fresh batch `sample(key_t) -> (tokens, labels)` (`lax.scan`).
+
+    `loss_fn(params, tokens, labels)`; returns `(params, losses (steps,))`. Pure; vmap over seeds.
+    """
+    import optax
+
+    def step(carry, k):
+        params, state = carry
+        tokens, labels = sample(k)
+        loss, grad = jax.value_and_grad(loss_fn)(params, tokens, labels)
+        updates, state = optimizer.update(grad, state, params)
+        return (optax.apply_updates(params, updates), state), loss
+
+    (params, _), losses = jax.lax.scan(step, (params0, optimizer.init(params0)), jax.random.split(key, steps))
+    return params, losses

@@ -21,7 +21,13 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from phasejax.tasks.histogram import HistogramTask, masked_accuracy, masked_cross_entropy, sample_batch
+from phasejax.tasks.histogram import (
+    HistogramTask,
+    masked_accuracy,
+    masked_cross_entropy,
+    sample_batch,
+    train_online,
+)
 
 Array = jax.Array
 MASKS = ("semantic", "positional", "full")
@@ -84,19 +90,9 @@ def make_transformer(key: Array, task: HistogramTask, d: int, p: int, mask: str)
 def train_transformer(graphdef, params, frozen, key: Array, task: HistogramTask, *, steps: int, batch_size: int,
                       optimizer: optax.GradientTransformation) -> tuple[object, Array]:
     """Train on fresh batches (one per step); returns `(params, losses (steps,))`. Pure; vmap over seeds."""
-
-    def loss_fn(prm, tokens, labels):
-        return masked_cross_entropy(nnx.merge(graphdef, prm, frozen)(tokens), labels)
-
-    def step(carry, k):
-        prm, state = carry
-        tokens, labels = sample_batch(k, task, batch_size)
-        loss, grad = jax.value_and_grad(loss_fn)(prm, tokens, labels)
-        updates, state = optimizer.update(grad, state, prm)
-        return (optax.apply_updates(prm, updates), state), loss
-
-    (params, _), losses = jax.lax.scan(step, (params, optimizer.init(params)), jax.random.split(key, steps))
-    return params, losses
+    return train_online(lambda prm, tokens, labels: masked_cross_entropy(nnx.merge(graphdef, prm, frozen)(tokens),
+                                                                        labels),
+                        params, key, lambda k: sample_batch(k, task, batch_size), steps=steps, optimizer=optimizer)
 
 
 def transformer_accuracy(graphdef, params, frozen, key: Array, task: HistogramTask, n_test: int = 4096) -> Array:
