@@ -50,6 +50,7 @@ def main(argv=None):
     ap.add_argument("--solver-seeds", type=int, default=3)
     ap.add_argument("--gtol", type=float, default=1e-7)
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--skip-solvers", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -72,87 +73,96 @@ def main(argv=None):
         grid = TrainingGrid(alphas=np.round(np.linspace(0.1, 2.0, args.n_alpha), 10),
                             omegas=np.round(np.linspace(0.0, 0.5, args.n_omega), 10),
                             seeds=tuple(range(args.seeds)), inits=("semantic",), d=args.d)
-        config = TrainConfig("gd", max_steps=args.steps, gtol=1e-300)   # fixed work per run
         tasks = grid.tasks()
         n_runs = len(tasks["alpha"])
         chunk = min(args.chunk_size, n_runs)
-        fn = make_training_fn(grid, params, config=config, quadrature=quad)
-        batch = jax.jit(fn)
-        first = {k: v[:chunk] for k, v in tasks.items()}
-        t0 = time.perf_counter()
-        compiled = batch.lower(first).compile()
-        t_compile = time.perf_counter() - t0
-        t_run = 0.0
-        for start in range(0, n_runs, chunk):
-            part = {k: np.resize(v[start:start + chunk], chunk) for k, v in tasks.items()}  # last chunk padded
-            out, dt = _timed(compiled, part)
-            t_run += dt
-        assert int(np.min(out["steps"])) == args.steps
-        sweep_rate = n_runs * args.steps / t_run
-
-        one = jax.jit(lambda s, a, w, i: train_run(s, a, w, i, params=params, d=grid.d, n_max=grid.n_max,
-                                                   config=config, quadrature=quad))
-        t0 = time.perf_counter()
-        one_c = one.lower(tasks["seed"][0], tasks["alpha"][0], tasks["omega"][0], tasks["init"][0]).compile()
-        t_compile_one = time.perf_counter() - t0
         k = min(args.loop_runs, n_runs)
         idx = np.linspace(0, n_runs - 1, k).astype(int)
-        t0 = time.perf_counter()
-        for i in idx:
-            jax.block_until_ready(one_c(tasks["seed"][i], tasks["alpha"][i], tasks["omega"][i], tasks["init"][i]))
-        t_loop = time.perf_counter() - t0
-        loop_rate = k * args.steps / t_loop
+        timing = {}
+        for steps in (1, args.steps):   # the difference isolates the cost of the steps from data and metrics
+            config = TrainConfig("gd", max_steps=steps, gtol=1e-300)   # fixed work per run
+            batch = jax.jit(make_training_fn(grid, params, config=config, quadrature=quad))
+            t0 = time.perf_counter()
+            compiled = batch.lower({k_: v[:chunk] for k_, v in tasks.items()}).compile()
+            t_compile = time.perf_counter() - t0
+            t_run = 0.0
+            for start in range(0, n_runs, chunk):
+                part = {k_: np.resize(v[start:start + chunk], chunk) for k_, v in tasks.items()}  # last chunk padded
+                out, dt = _timed(compiled, part)
+                t_run += dt
+            assert int(np.min(out["steps"])) == steps
+            one = jax.jit(lambda s, a, w, i, config=config: train_run(s, a, w, i, params=params, d=grid.d,
+                                                                       n_max=grid.n_max, config=config,
+                                                                       quadrature=quad))
+            one_c = one.lower(tasks["seed"][0], tasks["alpha"][0], tasks["omega"][0], tasks["init"][0]).compile()
+            t0 = time.perf_counter()
+            for i in idx:
+                jax.block_until_ready(one_c(tasks["seed"][i], tasks["alpha"][i], tasks["omega"][i], tasks["init"][i]))
+            timing[steps] = dict(compile_s=t_compile, run_s=t_run, loop_s_per_run=(time.perf_counter() - t0) / k)
+        S, t1, tS = args.steps, timing[1], timing[args.steps]
+        sweep_rate = n_runs * S / tS["run_s"]
+        loop_rate = S / tS["loop_s_per_run"]
+        sweep_step_rate = n_runs * (S - 1) / max(tS["run_s"] - t1["run_s"], 1e-9)
+        loop_step_rate = (S - 1) / max(tS["loop_s_per_run"] - t1["loop_s_per_run"], 1e-9)
         record["sweep"] = dict(
-            runs=n_runs, steps_per_run=args.steps, d=args.d, n_max=grid.n_max, chunk_size=chunk,
-            n_calls=int(np.ceil(n_runs / chunk)), compile_s=t_compile, run_s=t_run,
-            runs_x_steps_per_s=sweep_rate, loop_runs_timed=k, loop_compile_s=t_compile_one,
-            loop_s_per_run=t_loop / k, loop_runs_x_steps_per_s=loop_rate, speedup=sweep_rate / loop_rate,
+            runs=n_runs, steps_per_run=S, d=args.d, n_max=grid.n_max, chunk_size=chunk,
+            n_calls=int(np.ceil(n_runs / chunk)), compile_s=tS["compile_s"], run_s=tS["run_s"],
+            runs_x_steps_per_s=sweep_rate, loop_runs_timed=k, loop_s_per_run=tS["loop_s_per_run"],
+            loop_runs_x_steps_per_s=loop_rate, speedup=sweep_rate / loop_rate,
+            fixed_cost_s_per_run=dict(sweep=t1["run_s"] / n_runs, loop=t1["loop_s_per_run"]),
+            steps_only_runs_x_steps_per_s=dict(sweep=sweep_step_rate, loop=loop_step_rate),
+            steps_only_speedup=sweep_step_rate / loop_step_rate,
         )
-        print(f"sweep: {n_runs} runs x {args.steps} GD steps at d={args.d} in {int(np.ceil(n_runs / chunk))} call(s): "
-              f"{t_run:.1f} s (+{t_compile:.1f} s compile) = {sweep_rate:.0f} runs x steps / s")
-        print(f"loop:  {t_loop / k:.2f} s per run = {loop_rate:.0f} runs x steps / s;  ratio {sweep_rate / loop_rate:.1f}x")
+        print(f"sweep: {n_runs} runs x {S} GD steps at d={args.d} in {int(np.ceil(n_runs / chunk))} call(s): "
+              f"{tS['run_s']:.1f} s (+{tS['compile_s']:.1f} s compile) = {sweep_rate:.0f} runs x steps / s")
+        print(f"loop:  {tS['loop_s_per_run']:.3f} s per run = {loop_rate:.0f} runs x steps / s;  "
+              f"ratio {sweep_rate / loop_rate:.2f}x")
+        print(f"per run, data + metrics (1 step): sweep {t1['run_s'] / n_runs * 1e3:.1f} ms, loop "
+              f"{t1['loop_s_per_run'] * 1e3:.1f} ms; steps only: sweep {sweep_step_rate:.0f}, loop "
+              f"{loop_step_rate:.0f} runs x steps / s (ratio {sweep_step_rate / loop_step_rate:.2f}x)")
 
     # ---------------------------------------------------------------- 2. solvers to convergence
-    d = args.d
-    p15 = make_params(1.5, 0.3)
-    n = int(round(1.5 * d))
-    rows = {name: [] for name in ("lbfgs", "gd", "adam", "gamp")}
-    for seed in range(args.solver_seeds):
-        data = generate_data(jax.random.PRNGKey(1000 + seed), p15, d, n)
-        inputs = gamp_inputs(data)
-        Q0 = semantic_init(data.Qstar, 1)
-        for name in ("lbfgs", "gd", "adam"):
-            cfg = TrainConfig(name, max_steps=50000, gtol=args.gtol)
-            solve = jax.jit(lambda Q, inputs=inputs, cfg=cfg: minimize(lambda q: gram_risk(q, inputs, p15), Q, cfg))
-            solve.lower(Q0).compile()
-            res, dt = _timed(solve, Q0)
-            rows[name].append(dict(steps=int(res.steps), seconds=dt, risk_per_d=float(res.loss) / d,
-                                   grad_rms=float(res.grad_norm), converged=bool(res.converged), Q=res.params))
-        run_gamp = lambda Q, data=data: gamp(data, p15, Q, jnp.array([[50.0]]), max_iter=500, damping=0.5,  # noqa: E731
-                                             tol=1e-8)
-        run_gamp(Q0)   # compile
-        res, dt = _timed(run_gamp, Q0)
-        rows["gamp"].append(dict(steps=int(res.iterations), seconds=dt,
-                                 risk_per_d=float(empirical_risk(res.Q, data, p15)) / d,
-                                 grad_rms=float(jnp.linalg.norm(jax.grad(empirical_risk)(res.Q, data, p15)) / np.sqrt(d)),
-                                 converged=bool(res.converged), Q=res.Q))
-    ref = rows["lbfgs"]
-    summary = {}
-    for name, rs in rows.items():
-        dist = [float(jnp.linalg.norm(r["Q"] - q["Q"]) / jnp.linalg.norm(q["Q"])) for r, q in zip(rs, ref)]
-        summary[name] = dict(
-            median_steps=float(np.median([r["steps"] for r in rs])),
-            median_seconds=float(np.median([r["seconds"] for r in rs])),
-            all_converged=all(r["converged"] for r in rs),
-            max_risk_gap_per_d=float(max(abs(r["risk_per_d"] - q["risk_per_d"]) for r, q in zip(rs, ref))),
-            max_rel_distance_to_lbfgs=max(dist),
-            max_grad_rms=max(r["grad_rms"] for r in rs),
-        )
-        s = summary[name]
-        print(f"{name:6s} steps {s['median_steps']:7.0f}  {s['median_seconds']:7.3f} s  converged {s['all_converged']}  "
-              f"|risk - lbfgs|/d {s['max_risk_gap_per_d']:.1e}  |Q - Q_lbfgs|/|Q| {s['max_rel_distance_to_lbfgs']:.1e}")
-    record["solvers"] = dict(alpha=1.5, omega=0.3, d=d, n=n, init="semantic", gtol_rms=args.gtol,
-                             gamp=dict(damping=0.5, tol=1e-8, C0=50.0), results=summary)
+    if not args.skip_solvers:
+        d = args.d
+        p15 = make_params(1.5, 0.3)
+        n = int(round(1.5 * d))
+        rows = {name: [] for name in ("lbfgs", "gd", "adam", "gamp")}
+        for seed in range(args.solver_seeds):
+            data = generate_data(jax.random.PRNGKey(1000 + seed), p15, d, n)
+            inputs = gamp_inputs(data)
+            Q0 = semantic_init(data.Qstar, 1)
+            for name in ("lbfgs", "gd", "adam"):
+                cfg = TrainConfig(name, max_steps=50000, gtol=args.gtol)
+                solve = jax.jit(lambda Q, inputs=inputs, cfg=cfg: minimize(lambda q: gram_risk(q, inputs, p15), Q, cfg))
+                solve.lower(Q0).compile()
+                res, dt = _timed(solve, Q0)
+                rows[name].append(dict(steps=int(res.steps), seconds=dt, risk_per_d=float(res.loss) / d,
+                                       grad_rms=float(res.grad_norm), converged=bool(res.converged), Q=res.params))
+            run_gamp = lambda Q, data=data: gamp(data, p15, Q, jnp.array([[50.0]]), max_iter=500, damping=0.5,  # noqa: E731
+                                                 tol=1e-8)
+            run_gamp(Q0)   # compile
+            res, dt = _timed(run_gamp, Q0)
+            rows["gamp"].append(dict(steps=int(res.iterations), seconds=dt,
+                                     risk_per_d=float(empirical_risk(res.Q, data, p15)) / d,
+                                     grad_rms=float(jnp.linalg.norm(jax.grad(empirical_risk)(res.Q, data, p15)) / np.sqrt(d)),
+                                     converged=bool(res.converged), Q=res.Q))
+        ref = rows["lbfgs"]
+        summary = {}
+        for name, rs in rows.items():
+            dist = [float(jnp.linalg.norm(r["Q"] - q["Q"]) / jnp.linalg.norm(q["Q"])) for r, q in zip(rs, ref)]
+            summary[name] = dict(
+                median_steps=float(np.median([r["steps"] for r in rs])),
+                median_seconds=float(np.median([r["seconds"] for r in rs])),
+                all_converged=all(r["converged"] for r in rs),
+                max_risk_gap_per_d=float(max(abs(r["risk_per_d"] - q["risk_per_d"]) for r, q in zip(rs, ref))),
+                max_rel_distance_to_lbfgs=max(dist),
+                max_grad_rms=max(r["grad_rms"] for r in rs),
+            )
+            s = summary[name]
+            print(f"{name:6s} steps {s['median_steps']:7.0f}  {s['median_seconds']:7.3f} s  converged {s['all_converged']}  "
+                  f"|risk - lbfgs|/d {s['max_risk_gap_per_d']:.1e}  |Q - Q_lbfgs|/|Q| {s['max_rel_distance_to_lbfgs']:.1e}")
+        record["solvers"] = dict(alpha=1.5, omega=0.3, d=d, n=n, init="semantic", gtol_rms=args.gtol,
+                                 gamp=dict(damping=0.5, tol=1e-8, C0=50.0), results=summary)
     out = args.out or os.path.join("results", "bench", f"training_{jax.default_backend()}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:

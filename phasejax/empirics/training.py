@@ -152,6 +152,7 @@ def train_student(model: nnx.Module, data: TiedAttentionData, lam, config: Train
 
     A convenience around `minimize` for one run (checks the data; not vmapped).
     Example:
+      >>> import jax
       >>> from phasejax.theory import make_params
       >>> from phasejax.empirics import generate_data, TiedAttention, semantic_init, train_student
       >>> params = make_params(1.0, 0.3)

@@ -60,7 +60,8 @@ class GAMPResult:
       Q: `(d, r)` final weights; C: `(r, r)` final variance parameter.
       q0: `(T + 1, r, r)`, m: `(T + 1, K, r)`, theta0: `(T + 1, t, r)` overlaps of
         the init and after every iteration (frozen after the stop).
-      residual: `(T,)` relative change `||Q_new - Q|| / ||Q||` per iteration.
+      residual: `(T,)` relative change `||Q_new - Q|| / max(||Q||, 1e-6 sqrt(d))` per iteration (the floor
+        keeps the criterion defined when the weights shrink to 0, e.g. at large `lambda`).
       iterations: `()`; status: `()` (`CONVERGED`, `MAX_ITERATIONS`, `DIVERGED`);
       converged: `()` bool; grad_norm: `()` max-abs gradient of `R` at `Q`
         (`jax.grad`), relative to `max |lambda Q|`.
@@ -144,7 +145,7 @@ def gamp(
         Q_new, C_new, f, h_hat = step(Q, C, f_prev, h_prev)
         Q_next = damping * Q + (1.0 - damping) * Q_new
         C_next = damping * C + (1.0 - damping) * C_new
-        residual = jnp.linalg.norm(Q_new - Q) / jnp.maximum(jnp.linalg.norm(Q), 1e-300)
+        residual = jnp.linalg.norm(Q_new - Q) / jnp.maximum(jnp.linalg.norm(Q), 1e-6 * sqrt_d)   # floor: sqrt(q0) = 1e-6
         bad = (~jnp.all(jnp.isfinite(Q_next)) | ~jnp.all(jnp.isfinite(C_next))
                | (jnp.linalg.eigvalsh(C_next)[0] <= 0) | (jnp.linalg.norm(Q_next) / sqrt_d > max_norm))
         status = jnp.where(bad, DIVERGED, jnp.where(residual < tol, CONVERGED, -1))

@@ -231,3 +231,29 @@ def test_bad_inputs_raise_clear_errors():
         train_student(TiedAttention(jnp.ones((20, 1))), data.replace(x=data.x.at[0, 0, 0].set(jnp.nan)), PAPER.lam)
     with pytest.raises(ValueError, match="mask"):
         train_student(TiedAttention(jnp.ones((20, 1))), data, PAPER.lam, mask=jnp.ones(3, bool))
+
+
+def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, jax
+        from phasejax.empirics import TrainingGrid, train_students
+        assert len(jax.devices()) == 8, jax.devices()
+        grid = TrainingGrid(alphas=(0.5, 1.0, 2.0), omegas=(0.3,), seeds=(0, 1), inits=("positional", "semantic"), d=30)
+        many = train_students(grid, chunk_size=8, devices=jax.devices(), quadrature_order=4).runs
+        one = train_students(grid, chunk_size=8, devices=jax.devices()[:1], quadrature_order=4).runs
+        for k in one:
+            np.testing.assert_allclose(np.asarray(many[k], float), np.asarray(one[k], float), rtol=1e-8,
+                                       atol=1e-12, err_msg=k)
+        print("EQUAL")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "EQUAL" in out.stdout
