@@ -233,13 +233,8 @@ def test_bad_inputs_raise_clear_errors():
         train_student(TiedAttention(jnp.ones((20, 1))), data, PAPER.lam, mask=jnp.ones(3, bool))
 
 
-def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_path):
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    code = textwrap.dedent("""
+def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_path, on_host_devices):
+    code = ("""
         import numpy as np, jax
         from phasejax.empirics import TrainingGrid, train_students
         assert len(jax.devices()) == 8, jax.devices()
@@ -251,9 +246,4 @@ def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_pa
                                        atol=1e-12, err_msg=k)
         print("EQUAL")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "EQUAL" in out.stdout
+    assert "EQUAL" in on_host_devices(code)
