@@ -60,11 +60,10 @@ def main(argv=None):
     from phasejax.empirics import TrainConfig, TrainingGrid, generate_data, semantic_init, train_run
     from phasejax.empirics.sweep import make_training_fn
     from phasejax.empirics.training import minimize
-    from phasejax.theory import gauss_hermite, make_params
+    from phasejax.theory import make_params
     from phasejax.theory.gamp import empirical_risk, gamp, gamp_inputs, gram_risk
 
     params = make_params(1.0, 0.3)
-    quad = gauss_hermite(4, 8)
     record = dict(date=datetime.date.today().isoformat(), device=str(jax.devices()[0].device_kind),
                   platform=jax.default_backend(), jax=jax.__version__, host=platform.node(), args=vars(args))
 
@@ -81,7 +80,7 @@ def main(argv=None):
         timing = {}
         for steps in (1, args.steps):   # the difference isolates the cost of the steps from data and metrics
             config = TrainConfig("gd", max_steps=steps, gtol=1e-300)   # fixed work per run
-            batch = jax.jit(make_training_fn(grid, params, config=config, quadrature=quad))
+            batch = jax.jit(make_training_fn(grid, params, config=config))
             t0 = time.perf_counter()
             compiled = batch.lower({k_: v[:chunk] for k_, v in tasks.items()}).compile()
             t_compile = time.perf_counter() - t0
@@ -92,8 +91,7 @@ def main(argv=None):
                 t_run += dt
             assert int(np.min(out["steps"])) == steps
             one = jax.jit(lambda s, a, w, i, config=config: train_run(s, a, w, i, params=params, d=grid.d,
-                                                                       n_max=grid.n_max, config=config,
-                                                                       quadrature=quad))
+                                                                       n_max=grid.n_max, config=config))
             one_c = one.lower(tasks["seed"][0], tasks["alpha"][0], tasks["omega"][0], tasks["init"][0]).compile()
             t0 = time.perf_counter()
             for i in idx:

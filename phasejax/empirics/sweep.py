@@ -31,7 +31,7 @@ from phasejax.phase.sweep import run_chunked
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
-from phasejax.theory.quadrature import Quadrature, gauss_hermite
+from phasejax.theory.quadrature import gauss_hermite
 
 RUN_COLUMNS = ("alpha", "omega", "seed", "init", "d", "m", "theta", "q", "train_loss", "test_error",
                "test_error_theory", "n", "grad_norm", "steps", "status", "converged", "cos_m", "cos_theta",
@@ -89,7 +89,7 @@ class TrainingGrid:
 
 def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, n_max: int,
               student: str = "tied", config: TrainConfig = TrainConfig(), n_test: int = 1000,
-              quadrature: Quadrature | None = None, value_rank: int = 0) -> dict[str, jax.Array]:
+              quadrature_order: int = 8, value_rank: int = 0) -> dict[str, jax.Array]:
     """One run: draw data, init, train, measure. Pure in the array arguments (vmap over them).
 
     Args:
@@ -97,9 +97,10 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
       params: the problem (its `alpha`, `omega` are replaced by the arguments).
       d, n_max: dimension and padded sample count (static); the run uses the
         first `round(alpha d)` samples.
+      quadrature_order: Gauss-Hermite nodes per dimension of `test_error_theory`
+        (`L (r + t)` dimensions; twice as many over the `L t` of the linear baseline).
     Returns: scalar metrics, keys `RUN_COLUMNS` minus the task columns.
     """
-    quadrature = gauss_hermite(params.L * (params.r + params.t), 8) if quadrature is None else quadrature
     p_ = params.replace(alpha=jnp.asarray(alpha, jnp.float64), omega=jnp.asarray(omega, jnp.float64))
     k_teacher, k_x, k_test, k_init = jax.random.split(jax.random.PRNGKey(seed), 4)
     Qstar = jax.random.normal(k_teacher, (d, params.t), jnp.float64)
@@ -129,24 +130,20 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
     nan = jnp.asarray(jnp.nan, jnp.float64)
     if Q is None:   # linear baseline: no overlaps; its theory is spec section 6
         q = m = theta = cos_m = cos_theta = nan
-        theory = linear_baseline_error(p_, gauss_hermite(params.L * params.t, 2 * quadrature_order(quadrature, params)))
+        theory = linear_baseline_error(p_, gauss_hermite(params.L * params.t, 2 * quadrature_order))
     else:
         q0, m_, theta0 = Q.T @ Q / d, u @ Q / jnp.sqrt(d), Qstar.T @ Q / d
         q, m, theta = s1 * q0[0, 0], m_[0, 0], s1 * theta0[0, 0]
         norm = jnp.sqrt(jnp.maximum(q0[0, 0], 1e-300))
         cos_m = jnp.abs(m_[0, 0]) / norm
         cos_theta = jnp.abs(theta0[0, 0]) / (norm * jnp.linalg.norm(Qstar[:, 0]) / jnp.sqrt(d))
+        quadrature = gauss_hermite(params.L * (params.r + params.t), quadrature_order)
         theory = (test_error_from_overlaps(q0, m_, theta0, p_, quadrature, rho0=Qstar.T @ Qstar / d)
                   if student == "tied" else nan)
     return dict(n=n, m=m, theta=theta, q=q, train_loss=res.loss / d, test_error=test_error,
                 test_error_theory=theory, grad_norm=res.grad_norm, steps=res.steps, status=res.status,
                 converged=res.converged, cos_m=cos_m, cos_theta=cos_theta,
                 solution=jnp.where(jnp.isnan(cos_m), 2, classify_solution(cos_m, cos_theta)))
-
-
-def quadrature_order(quadrature: Quadrature, params: TiedAttentionParams) -> int:
-    """Nodes per dimension of a tensor rule over the `L (r + t)` overlap fields."""
-    return max(2, int(round(quadrature.size ** (1.0 / (params.L * (params.r + params.t))))))
 
 
 def make_training_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
@@ -167,10 +164,6 @@ class TrainingRuns:
     grid: TrainingGrid
     runs: dict[str, np.ndarray]
     config: dict
-
-    def rows(self) -> list[dict]:
-        n = len(self.runs["alpha"])
-        return [{k: self.runs[k][i] for k in self.runs} for i in range(n)]
 
     def write_csv(self, path: str) -> str:
         """Write `runs.csv` (see `write_runs_csv`)."""
@@ -231,9 +224,10 @@ def train_students(
         raise ValueError(f"student must be one of {STUDENTS}, got {student!r}")
     if n_test < 1:
         raise ValueError(f"n_test must be >= 1, got {n_test}")
-    quad = gauss_hermite(params.L * (params.r + params.t), quadrature_order)
-    fn = make_training_fn(grid, params, student=student, config=config, n_test=n_test, quadrature=quad,
-                          value_rank=value_rank)
+    if quadrature_order < 2:
+        raise ValueError(f"quadrature_order must be >= 2, got {quadrature_order}")
+    fn = make_training_fn(grid, params, student=student, config=config, n_test=n_test,
+                          quadrature_order=quadrature_order, value_rank=value_rank)
     cfg = dict(kind="train_students", grid=dataclasses.asdict(grid), student=student,
                train=dataclasses.asdict(config), n_test=n_test, quadrature_order=quadrature_order,
                value_rank=value_rank, lam=float(params.lam), sigma=np.asarray(params.sigma).tolist(),

@@ -202,6 +202,11 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig,
     """
     from phasejax.phase.sweep import run_chunked
 
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("n_test", n_test)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {name}={value}")
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
     d_max, p_max = max(grid.ds), max(grid.ps)
 
     def fn(chunk):

@@ -161,8 +161,7 @@ def _tasks_one_by_one(grid, params, **kw):
 def test_vmapped_sweep_equals_runs_one_by_one_and_resumes(tmp_path):
     grid = TrainingGrid(alphas=(0.5, 1.5), omegas=(0.2, 0.6), seeds=(0, 3), inits=("positional", "semantic",
                                                                                     "random"), d=40)
-    quad = gauss_hermite(4, 8)
-    loop = _tasks_one_by_one(grid, PAPER, quadrature=quad)
+    loop = _tasks_one_by_one(grid, PAPER)
     partial = train_students(grid, PAPER, run_dir=str(tmp_path), chunk_size=8, max_chunks=2)
     assert partial is None
     swept = train_students(grid, PAPER, run_dir=str(tmp_path), chunk_size=8).runs
@@ -172,7 +171,7 @@ def test_vmapped_sweep_equals_runs_one_by_one_and_resumes(tmp_path):
 
 
 def test_masked_padding_equals_the_unpadded_run():
-    kw = dict(params=PAPER, d=60, quadrature=QUAD)
+    kw = dict(params=PAPER, d=60)
     unpadded = jax.jit(lambda: train_run(1, 1.0, 0.3, 1, n_max=60, **kw))()
     padded = jax.jit(lambda: train_run(1, 1.0, 0.3, 1, n_max=97, **kw))()
     for key in unpadded:

@@ -130,3 +130,5 @@ def test_bad_task_inputs():
         CountingConfig("mlp")
     with pytest.raises(ValueError, match="d and p"):
         CountingGrid(ds=(0, 2))
+    with pytest.raises(ValueError, match="steps"):
+        counting_sweep(CountingGrid(ds=(2,), ps=(2,), seeds=(0,)), HistogramTask(4, 3), COUNTING_CONFIGS["dot"], steps=0)
