@@ -246,3 +246,12 @@ def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_pa
         print("EQUAL")
     """)
     assert "EQUAL" in on_host_devices(code)
+
+
+def test_classify_solution_codes():
+    from phasejax.empirics.metrics import SOLUTIONS, classify_solution
+
+    cos_m = jnp.array([0.9, 0.05, 0.3, 0.6])
+    cos_theta = jnp.array([0.1, 0.94, 0.2, 0.7])
+    codes = [SOLUTIONS[int(c)] for c in classify_solution(cos_m, cos_theta)]
+    assert codes == ["positional", "semantic", "neither", "semantic"]
