@@ -1,17 +1,12 @@
 """phasejax: phase diagrams of learning mechanisms in small attention models, in JAX.
 
-Importing phasejax enables float64 in JAX (`jax_enable_x64`): the theory
-compares branches through training-loss differences of order 1e-5, which
-float32 cannot resolve (spec section 8). Pass explicit float32 dtypes where
-you want single precision.
+Importing phasejax changes no global JAX setting. The theory computes in
+float64 inside a scoped `float64_scope()` (see `phasejax.precision`);
+empirics and tasks take a `dtype` argument.
 """
 
-import jax
+__version__ = "0.2.0.dev0"
 
-jax.config.update("jax_enable_x64", True)
+from phasejax.precision import float64_scope  # noqa: E402
 
-__version__ = "0.1.0"
-
-from phasejax import theory  # noqa: E402
-
-__all__ = ["theory", "__version__"]
+__all__ = ["float64_scope", "__version__"]

@@ -13,7 +13,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from phasejax.phase.diagram import by_branch
-from phasejax.phase.sweep import atomic_write_bytes
+from phasejax.io import atomic_write_bytes
 
 
 def _save(fig: Figure, path: str) -> str:

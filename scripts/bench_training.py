@@ -57,8 +57,8 @@ def main(argv=None):
     import jax
     import jax.numpy as jnp
 
-    from phasejax.empirics import TrainConfig, TrainingGrid, generate_data, semantic_init, train_run
-    from phasejax.empirics.sweep import make_training_fn
+    from phasejax.empirics import TrainConfig, TrainingGrid, generate_data, semantic_init
+    from phasejax.empirics.sweep import make_run_fn, make_training_fn
     from phasejax.empirics.training import minimize
     from phasejax.theory import make_params
     from phasejax.theory.gamp import empirical_risk, gamp, gamp_inputs, gram_risk
@@ -90,8 +90,7 @@ def main(argv=None):
                 out, dt = _timed(compiled, part)
                 t_run += dt
             assert int(np.min(out["steps"])) == steps
-            one = jax.jit(lambda s, a, w, i, config=config: train_run(s, a, w, i, params=params, d=grid.d,
-                                                                       n_max=grid.n_max, config=config))
+            one = jax.jit(make_run_fn(grid, params, config=config))
             one_c = one.lower(tasks["seed"][0], tasks["alpha"][0], tasks["omega"][0], tasks["init"][0]).compile()
             t0 = time.perf_counter()
             for i in idx:

@@ -86,8 +86,8 @@ def main(argv=None):
                 relative_distance(after, start), relative_distance(after, lifted)
 
         def kind(params, frozen_state, graphdef=graphdef):
-            attn = nnx.merge(graphdef, params, frozen_state).attention(probe_tokens)
-            return attention_kind(attn, probe_tokens), nnx.merge(graphdef, params, frozen_state).attention(show)
+            model = nnx.merge(graphdef, params, frozen_state)
+            return attention_kind(model.attention(probe_tokens), probe_tokens), model.attention(show)
 
         params, acc1 = jax.jit(jax.vmap(phase1))(seeds)
         after, acc2, moved, from_masked = jax.jit(jax.vmap(phase2))(params, seeds)

@@ -3,10 +3,7 @@ import subprocess
 import sys
 import textwrap
 
-import jax
 import pytest
-
-jax.config.update("jax_enable_x64", True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -124,7 +124,12 @@ def check_data(data: TiedAttentionData, params: TiedAttentionParams | None = Non
     return data
 
 
-def overlaps_of(Q: Array, data: TiedAttentionData) -> dict[str, Array]:
+def overlaps(Q: Array, u: Array, Qstar: Array) -> dict[str, Array]:
     """Overlaps of a student `Q (d, r)`: `q0 = Q^T Q / d`, `m = u Q / sqrt(d) (K, r)`, `theta0 = Q*^T Q / d`."""
     d = Q.shape[0]
-    return dict(q0=Q.T @ Q / d, m=data.u @ Q / jnp.sqrt(d), theta0=data.Qstar.T @ Q / d)
+    return dict(q0=Q.T @ Q / d, m=u @ Q / jnp.sqrt(d), theta0=Qstar.T @ Q / d)
+
+
+def overlaps_of(Q: Array, data: TiedAttentionData) -> dict[str, Array]:
+    """`overlaps` with the positional directions and teacher of `data`."""
+    return overlaps(Q, data.u, data.Qstar)

@@ -15,37 +15,20 @@ import jax.numpy as jnp
 
 from phasejax.theory.params import TiedAttentionParams
 from phasejax.theory.quadrature import Quadrature
-from phasejax.theory.state_evolution import Overlaps, field_maps, gaussian_fields, sample_loss, split_node
+from phasejax.theory.state_evolution import Overlaps, test_error
 
 Array = jax.Array
-
-
-def _sym_power(M: Array, power: float) -> Array:
-    evals, evecs = jnp.linalg.eigh(0.5 * (M + M.T))
-    return (evecs * jnp.clip(evals, 1e-300, None) ** power) @ evecs.T
 
 
 def test_error_from_overlaps(q0: Array, m: Array, theta0: Array, params: TiedAttentionParams,
                              quadrature: Quadrature, rho0: Array | None = None) -> Array:
     """`eps_g` of a student with overlaps `q0 (r, r)`, `m (K, r)`, `theta0 (t, r)` (spec section 5).
 
-    `rho0 (t, t)` is the teacher's `Q*^T Q* / d` (default `I_t`, the `d -> inf` value).
-    The teacher field is written `h* = rho0^{1/2} h*'` with `h*'` of unit
-    covariance, so the spec's field maps apply to `theta0' = rho0^{-1/2} theta0`.
+    `rho0 (t, t)` is the teacher's `Q*^T Q* / d` (default `I_t`, the `d -> inf` value); see
+    `phasejax.theory.state_evolution.test_error`.
     """
-    t = params.t
-    rho0 = jnp.eye(t, dtype=q0.dtype) if rho0 is None else rho0
-    theta_n = _sym_power(rho0, -0.5) @ theta0
-    sqrt_rho = _sym_power(rho0, 0.5)
-    ov = Overlaps(q0=q0, m=m, V0=jnp.eye(params.r, dtype=q0.dtype), theta0=theta_n)
-    maps = field_maps(ov, params)
-
-    def node(z):
-        xi, eta = split_node(z, params)
-        h, hstar = gaussian_fields(maps, params, xi, eta)
-        return 2.0 * sample_loss(h, params.target(hstar @ sqrt_rho, params), params)
-
-    return quadrature.expect(jax.vmap(node)(quadrature.points)) / params.L
+    ov = Overlaps(q0=q0, m=m, V0=jnp.eye(params.r, dtype=q0.dtype), theta0=theta0)
+    return test_error(ov, params, quadrature, rho0)
 
 
 test_error_from_overlaps.__test__ = False  # not a pytest test

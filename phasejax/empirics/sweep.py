@@ -16,18 +16,20 @@ adds samples to a smaller one's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from phasejax.empirics.data import positional_directions, sample_count, sample_tokens, teacher_labels
+from phasejax.empirics.data import overlaps, positional_directions, sample_count, sample_tokens, teacher_labels
 from phasejax.empirics.metrics import SOLUTIONS, classify_solution, fresh_test_error, test_error_from_overlaps
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
 from phasejax.phase.diagram import _fmt, _write_csv
-from phasejax.phase.sweep import run_chunked
+from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
@@ -132,7 +134,8 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
         q = m = theta = cos_m = cos_theta = nan
         theory = linear_baseline_error(p_, gauss_hermite(params.L * params.t, 2 * quadrature_order))
     else:
-        q0, m_, theta0 = Q.T @ Q / d, u @ Q / jnp.sqrt(d), Qstar.T @ Q / d
+        ov = overlaps(Q, u, Qstar)
+        q0, m_, theta0 = ov["q0"], ov["m"], ov["theta0"]
         q, m, theta = s1 * q0[0, 0], m_[0, 0], s1 * theta0[0, 0]
         norm = jnp.sqrt(jnp.maximum(q0[0, 0], 1e-300))
         cos_m = jnp.abs(m_[0, 0]) / norm
@@ -146,9 +149,14 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
                 solution=jnp.where(jnp.isnan(cos_m), 2, classify_solution(cos_m, cos_theta)))
 
 
+def make_run_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
+    """`train_run` bound to the grid's `d`, `n_max` and the options: `(seed, alpha, omega, init) -> metrics`."""
+    return functools.partial(train_run, params=params, d=grid.d, n_max=grid.n_max, **kwargs)
+
+
 def make_training_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
     """Pure batch function `{seed, alpha, omega, init} (C,) -> metrics (C,)` for `run_chunked`."""
-    one = lambda s, a, w, i: train_run(s, a, w, i, params=params, d=grid.d, n_max=grid.n_max, **kwargs)  # noqa: E731
+    one = make_run_fn(grid, params, **kwargs)
 
     def fn(chunk):
         return jax.vmap(one)(jnp.asarray(chunk["seed"]), jnp.asarray(chunk["alpha"]), jnp.asarray(chunk["omega"]),
@@ -188,13 +196,7 @@ def train_students(
     n_test: int = 1000,
     quadrature_order: int = 8,
     value_rank: int = 0,
-    run_dir: str | None = None,
-    chunk_size: int = 16,
-    devices=None,
-    progress: bool = False,
-    max_chunks: int | None = None,
-    process_index: int = 0,
-    process_count: int = 1,
+    options: RunOptions | None = None,
 ) -> TrainingRuns | None:
     """Train every run of `grid`, vmapped and chunked; resumable when `run_dir` is given.
 
@@ -206,10 +208,8 @@ def train_students(
       config: `TrainConfig` (optimizer, learning rate, step cap, gradient tolerance).
       n_test: fresh test sequences per run.
       quadrature_order: Gauss-Hermite nodes per dimension of the overlap-based test error.
-      run_dir: where chunks and `config.json` go (resume, multi-host); `None`
-        runs in a temporary folder.
-      chunk_size: runs per compiled call (memory: about `chunk_size * 5 * n_max L d * 8` bytes).
-      devices, max_chunks, process_index, process_count: as in `run_chunked`.
+      options: `phasejax.sweep.RunOptions` (run directory for resume and multi-host,
+        chunk size: memory is about `chunk_size * 5 * n_max L d * 8` bytes, devices, progress).
     Returns:
       `TrainingRuns`, or `None` while chunks are missing (`max_chunks` or other hosts).
 
@@ -235,8 +235,7 @@ def train_students(
                target=getattr(params.target, "__name__", repr(params.target)),
                student_fn=getattr(params.student, "__name__", repr(params.student)))
     tasks = grid.tasks()
-    out = run_chunked(fn, tasks, run_dir, cfg, chunk_size=chunk_size, devices=devices, progress=progress,
-                      max_chunks=max_chunks, process_index=process_index, process_count=process_count)
+    out = run_chunked(fn, tasks, cfg, run_options(options))
     if out is None:
         return None
     out = dict(out)

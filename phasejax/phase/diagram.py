@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import phasejax
-from phasejax.phase.sweep import atomic_write_json, atomic_write_text, run_chunked
+from phasejax.io import atomic_write_json, atomic_write_text
+from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.phase.thresholds import alpha_c, alpha_l
 from phasejax.theory import (
     SEConfig,
@@ -197,13 +198,7 @@ def phase_diagram(
     *,
     quadrature=None,
     se_config: SEConfig = SEConfig(),
-    run_dir: str = "runs/phase_diagram",
-    chunk_size: int = 16,
-    devices=None,
-    progress: bool = True,
-    max_chunks: int | None = None,
-    process_index: int = 0,
-    process_count: int = 1,
+    options: RunOptions | None = None,
 ) -> PhaseDiagram | None:
     """Solve both branches on every grid point and derive the phase diagram.
 
@@ -212,10 +207,8 @@ def phase_diagram(
       params: model parameters; `alpha` and `omega` are replaced per point.
       quadrature: rule in `L (r + t)` dimensions (default Gauss-Hermite, 8 per dimension).
       se_config: `SEConfig` for every solve.
-      run_dir: chunk files and `config.json` go here; a re-run with the same
-        config resumes, a different config is refused.
-      chunk_size, devices, progress, max_chunks, process_index, process_count:
-        see `phasejax.phase.sweep.run_chunked`.
+      options: `phasejax.sweep.RunOptions` (run directory: a re-run with the same
+        config resumes, a different config is refused; chunk size, devices, hosts, progress).
     Returns:
       `PhaseDiagram`, or `None` if stopped early (`max_chunks`) or if other
       processes' chunks are not finished yet.
@@ -240,8 +233,7 @@ def phase_diagram(
     )
     tasks = grid.tasks()
     fn = make_chunk_fn(params, quadrature, se_config)
-    points = run_chunked(fn, tasks, run_dir, config, chunk_size=chunk_size, devices=devices, progress=progress,
-                         max_chunks=max_chunks, process_index=process_index, process_count=process_count)
+    points = run_chunked(fn, tasks, config, run_options(options))
     if points is None:
         return None
     points = {**tasks, **points}

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.tasks.histogram import (
     HistogramTask,
     masked_accuracy,
@@ -190,17 +191,16 @@ class CountingGrid:
 
 
 def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig, *, steps: int, batch_size: int = 128,
-                   learning_rate: float = 1e-3, n_test: int = 4096, run_dir: str | None = None,
-                   chunk_size: int = 64, devices=None, progress: bool = False,
-                   max_chunks: int | None = None) -> dict[str, np.ndarray] | None:
+                   learning_rate: float = 1e-3, n_test: int = 4096,
+                   options: RunOptions | None = None) -> dict[str, np.ndarray] | None:
     """Train every `(d, p, seed)` of `grid` for one configuration, padded to the grid's largest `d`, `p`.
 
     Each chunk is one compiled `vmap` of `counting_run`, sharded over `devices`,
     written atomically under `run_dir` and skipped on a re-run (see
-    `phasejax.phase.run_chunked`). Returns the task columns plus `accuracy`
-    and `final_loss`, or `None` while chunks are missing.
+    `phasejax.sweep.run_chunked`; `options` as there, default `RunOptions(chunk_size=64)`).
+    Returns the task columns plus `accuracy` and `final_loss`, or `None` while chunks are missing.
     """
-    from phasejax.phase.sweep import run_chunked
+    options = run_options(options if options is not None else RunOptions(chunk_size=64))
 
     for name, value in (("steps", steps), ("batch_size", batch_size), ("n_test", n_test)):
         if int(value) != value or value < 1:
@@ -219,8 +219,7 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig,
                   seeds=list(grid.seeds), steps=steps, batch_size=batch_size, learning_rate=learning_rate,
                   n_test=n_test, optimizer="adam", data="online (fresh batch per step)")
     tasks = grid.tasks()
-    out = run_chunked(fn, tasks, run_dir, config, chunk_size=chunk_size, devices=devices, progress=progress,
-                      max_chunks=max_chunks)
+    out = run_chunked(fn, tasks, config, options)
     if out is None:
         return None
     out = dict(out)

@@ -490,13 +490,24 @@ def overlap_updates(hats: Hats, params: TiedAttentionParams) -> Overlaps:
 # ----------------------------------------------------------------------------
 
 
-def test_error(ov: Overlaps, params: TiedAttentionParams, quadrature: Quadrature) -> Array:
-    """`eps_g = 1/L E tr[(T(h*) - S(h)) D (T(h*) - S(h))^T]`, `h_l = q_l^{1/2} xi_l + m_l` (spec section 5)."""
+def test_error(ov: Overlaps, params: TiedAttentionParams, quadrature: Quadrature, rho0: Array | None = None) -> Array:
+    """`eps_g = 1/L E tr[(T(h*) - S(h)) D (T(h*) - S(h))^T]`, `h_l = q_l^{1/2} xi_l + m_l` (spec section 5).
+
+    `rho0 (t, t)` is the teacher's `Q*^T Q* / d` (default: `I_t`, its `d -> inf` value). For a
+    finite-`d` teacher the field is written `h* = rho0^{1/2} h*'` with `h*'` of unit covariance,
+    so the field maps apply to `theta0' = rho0^{-1/2} theta0`.
+    """
+    sqrt_rho = None
+    if rho0 is not None:
+        sqrt_rho, pinv_sqrt_rho, _ = _sym_sqrt_and_pinv_sqrt(rho0)
+        ov = ov.replace(theta0=pinv_sqrt_rho @ ov.theta0)
     maps = field_maps(ov, params)
 
     def node(z):
         xi, eta = split_node(z, params)
         h, hstar = gaussian_fields(maps, params, xi, eta)
+        if sqrt_rho is not None:
+            hstar = hstar @ sqrt_rho
         return 2.0 * sample_loss(h, params.target(hstar, params), params)
 
     return quadrature.expect(jax.vmap(node)(quadrature.points)) / params.L

@@ -24,6 +24,8 @@ from phasejax.empirics import (
     train_students,
 )
 from phasejax.empirics.data import sample_tokens, teacher_labels
+from phasejax.empirics.sweep import make_run_fn
+from phasejax.sweep import RunOptions
 from phasejax.theory import make_params
 from phasejax.theory.baselines import linear_baseline_error, linear_baseline_weights
 from phasejax.theory.gamp import gamp_inputs, gram_risk
@@ -151,7 +153,7 @@ def test_linear_baseline_trained_error_matches_spec_section_6():
 
 
 def _tasks_one_by_one(grid, params, **kw):
-    one = jax.jit(lambda s, a, w, i: train_run(s, a, w, i, params=params, d=grid.d, n_max=grid.n_max, **kw))
+    one = jax.jit(make_run_fn(grid, params, **kw))
     tasks = grid.tasks()
     rows = [one(tasks["seed"][k], tasks["alpha"][k], tasks["omega"][k], tasks["init"][k])
             for k in range(len(tasks["alpha"]))]
@@ -162,9 +164,9 @@ def test_vmapped_sweep_equals_runs_one_by_one_and_resumes(tmp_path):
     grid = TrainingGrid(alphas=(0.5, 1.5), omegas=(0.2, 0.6), seeds=(0, 3), inits=("positional", "semantic",
                                                                                     "random"), d=40)
     loop = _tasks_one_by_one(grid, PAPER)
-    partial = train_students(grid, PAPER, run_dir=str(tmp_path), chunk_size=8, max_chunks=2)
+    partial = train_students(grid, PAPER, options=RunOptions(run_dir=str(tmp_path), chunk_size=8, max_chunks=2, progress=False))
     assert partial is None
-    swept = train_students(grid, PAPER, run_dir=str(tmp_path), chunk_size=8).runs
+    swept = train_students(grid, PAPER, options=RunOptions(run_dir=str(tmp_path), chunk_size=8, progress=False)).runs
     for key in loop:
         np.testing.assert_allclose(swept[key], loop[key], rtol=1e-8, atol=1e-10, err_msg=key)
     assert np.all(swept["converged"])
@@ -181,7 +183,7 @@ def test_masked_padding_equals_the_unpadded_run():
 @pytest.mark.parametrize("student", ["untied", "linear"])
 def test_other_students_train_in_the_sweep(student):
     grid = TrainingGrid(alphas=(2.0,), omegas=(0.3,), seeds=(0,), inits=("positional",), d=50)
-    runs = train_students(grid, PAPER, student=student, chunk_size=1).runs
+    runs = train_students(grid, PAPER, student=student, options=RunOptions(chunk_size=1, progress=False)).runs
     assert runs["converged"].all()
     assert np.isfinite(runs["test_error"]).all()
     if student == "linear":
@@ -193,7 +195,7 @@ def test_informed_branches_approach_the_state_evolution_as_d_grows():
     dev = {}
     for d in (100, 400):
         runs = train_students(TrainingGrid(alphas=(2.0,), omegas=(0.3,), seeds=tuple(range(8)), d=d), PAPER,
-                              chunk_size=16).runs
+                              options=RunOptions(chunk_size=16, progress=False)).runs
         assert runs["converged"].all()
         for code, branch in enumerate(("positional", "semantic")):
             sel = runs["init"] == code
@@ -238,8 +240,8 @@ def test_training_sweep_sharded_over_eight_host_devices_equals_one_device(tmp_pa
         from phasejax.empirics import TrainingGrid, train_students
         assert len(jax.devices()) == 8, jax.devices()
         grid = TrainingGrid(alphas=(0.5, 1.0, 2.0), omegas=(0.3,), seeds=(0, 1), inits=("positional", "semantic"), d=30)
-        many = train_students(grid, chunk_size=8, devices=jax.devices(), quadrature_order=4).runs
-        one = train_students(grid, chunk_size=8, devices=jax.devices()[:1], quadrature_order=4).runs
+        many = train_students(grid, options=RunOptions(chunk_size=8, devices=jax.devices(), progress=False), quadrature_order=4).runs
+        one = train_students(grid, options=RunOptions(chunk_size=8, devices=jax.devices()[:1], progress=False), quadrature_order=4).runs
         for k in one:
             np.testing.assert_allclose(np.asarray(many[k], float), np.asarray(one[k], float), rtol=1e-8,
                                        atol=1e-12, err_msg=k)

@@ -3,6 +3,8 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from phasejax.sweep import RunOptions
 import pytest
 
 from phasejax.tasks.counting import (
@@ -112,14 +114,14 @@ def test_small_vmapped_sweep_equals_its_runs_one_by_one(tmp_path):
     task, cfg = HistogramTask(6, 5), COUNTING_CONFIGS["dot+softmax"]
     grid = CountingGrid(ds=(2, 4), ps=(1, 3), seeds=(0, 1))
     kw = dict(task=task, cfg=cfg, d_max=4, p_max=3, steps=30, batch_size=16, n_test=256)
-    swept = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, run_dir=str(tmp_path), chunk_size=3)
+    swept = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, options=RunOptions(run_dir=str(tmp_path), chunk_size=3, progress=False))
     one = jax.jit(lambda s, d, p: counting_run(s, d, p, **kw))
     tasks = grid.tasks()
     for i in range(len(tasks["d"])):
         r = one(tasks["seed"][i], tasks["d"][i], tasks["p"][i])
         np.testing.assert_allclose(swept["final_loss"][i], r["final_loss"], rtol=1e-5)
         np.testing.assert_allclose(swept["accuracy"][i], r["accuracy"], atol=2 / 1280)   # float32 ties at most
-    again = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, run_dir=str(tmp_path), chunk_size=3)
+    again = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, options=RunOptions(run_dir=str(tmp_path), chunk_size=3, progress=False))
     np.testing.assert_array_equal(again["accuracy"], swept["accuracy"])   # resumed from disk
 
 

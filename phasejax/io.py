@@ -1,0 +1,153 @@
+"""Files: atomic writes, and CSV / JSON / NPZ tables (never pickle).
+
+Every writer goes through `atomic_write_bytes`: the data land in a temporary
+file in the target folder, are flushed to disk, and replace the target with
+`os.replace`, so a reader (or a resumed run) sees either the old file or the
+complete new one, never a truncated one.
+
+Tables are dicts of equal-length 1-d columns (`dict[str, np.ndarray]`).
+`write_csv` formats floats with `repr` (round-trips exactly), integers as
+integers, booleans as `0`/`1`, and leaves strings as they are; `read_csv`
+parses them back (numeric columns become `int64` or `float64`, empty cells
+`NaN`, anything else stays a string column).
+
+Example:
+  >>> import numpy as np, tempfile, os
+  >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
+  >>> _ = write_csv(path, {"alpha": np.array([0.5, 1.0]), "branch": np.array(["positional", "semantic"])})
+  >>> read_csv(path)["alpha"].tolist()
+  [0.5, 1.0]
+"""
+
+from __future__ import annotations
+
+import csv
+import io as _stdlib_io
+import json
+import os
+import tempfile
+import zipfile
+from typing import Mapping, Sequence
+
+import numpy as np
+
+Table = dict[str, np.ndarray]
+
+
+def atomic_write_bytes(path: str, data: bytes) -> str:
+    """Write `data` to `path` atomically (temporary file in the same folder, fsync, `os.replace`); returns `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str, text: str) -> str:
+    """Write `text` (UTF-8) to `path` atomically; returns `path`."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def to_json(obj) -> str:
+    """Indented, key-sorted JSON of `obj` (numpy scalars and arrays become plain numbers and lists)."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
+def atomic_write_json(path: str, obj) -> str:
+    """Write `obj` as indented, key-sorted JSON to `path` atomically; returns `path`."""
+    return atomic_write_text(path, to_json(obj))
+
+
+def read_json(path: str):
+    """Load a JSON file."""
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """Save arrays to an `.npz` file atomically (no pickled objects); returns `path`."""
+    buf = _stdlib_io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def load_npz(path: str) -> Table | None:
+    """Load an `.npz` file written by `atomic_save_npz` (`allow_pickle=False`); `None` if missing or corrupt."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return None
+
+
+def format_value(x) -> str:
+    """One CSV cell: `repr` of floats (exact round trip; empty for NaN), integers, `0`/`1` for booleans, strings as is."""
+    if isinstance(x, str):
+        return x
+    a = np.asarray(x)
+    if a.dtype.kind in "US":
+        return str(a)
+    if a.dtype == bool:
+        return "1" if bool(a) else "0"
+    if np.issubdtype(a.dtype, np.integer):
+        return str(int(a))
+    v = float(a)
+    return "" if np.isnan(v) else repr(v)
+
+
+def write_csv(path: str, columns: Mapping[str, Sequence], order: Sequence[str] | None = None) -> str:
+    """Write a table (dict of equal-length columns) to CSV atomically; returns `path`.
+
+    `order` picks and orders the columns (default: all, in dict order).
+    Raises `ValueError` if the columns differ in length.
+    """
+    names = list(columns) if order is None else list(order)
+    cols = [np.asarray(columns[k]) for k in names]
+    lengths = {c.shape[0] if c.ndim else 1 for c in cols}
+    if len(lengths) > 1:
+        raise ValueError(f"columns of {path} have different lengths: "
+                         + ", ".join(f"{k}={c.shape[0] if c.ndim else 1}" for k, c in zip(names, cols)))
+    n = lengths.pop() if lengths else 0
+    buf = _stdlib_io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(names)
+    for i in range(n):
+        writer.writerow([format_value(c[i] if c.ndim else c) for c in cols])
+    return atomic_write_text(path, buf.getvalue())
+
+
+def _parse_column(values: list[str]) -> np.ndarray:
+    if all(v.lstrip("-").isdigit() for v in values if v != "") and all(v != "" for v in values):
+        return np.asarray([int(v) for v in values], dtype=np.int64)
+    try:
+        return np.asarray([float(v) if v != "" else np.nan for v in values], dtype=np.float64)
+    except ValueError:
+        return np.asarray(values)
+
+
+def read_csv(path: str) -> Table:
+    """Read a CSV written by `write_csv` into a dict of numpy columns (ints, floats, or strings)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise ValueError(f"{path} is empty (no header)")
+    header, body = rows[0], rows[1:]
+    return {name: _parse_column([r[j] for r in body]) for j, name in enumerate(header)}

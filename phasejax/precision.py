@@ -1,0 +1,93 @@
+"""Floating-point precision without global side effects.
+
+phasejax never changes `jax_enable_x64` for the process. The theory needs
+float64 (branch comparisons resolve `|Delta e_t| ~ 1e-6`), so its entry
+points run inside `float64_scope()` (JAX's scoped `enable_x64`) and return
+float64 arrays; the user's own models keep their precision. Arithmetic on
+those arrays *outside* a float64 scope follows JAX's rules (it computes in
+float32); convert with `numpy.asarray` to keep float64.
+
+Called under a transformation (`jax.jit`, `jax.vmap`, `jax.grad`) traced
+without float64, a theory entry point cannot switch precision for the
+surrounding trace and raises a `ValueError` that says how to enable it:
+wrap the transformed call in `with phasejax.float64_scope():` (or
+`jax.enable_x64(True)`), or set `JAX_ENABLE_X64=1` for the whole program.
+
+Empirics and tasks take a `dtype` argument instead (float32 is the right
+choice on accelerators); `dtype_scope(dtype)` enables float64 only when a
+64-bit dtype is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import jax
+import numpy as np
+
+
+def x64_enabled() -> bool:
+    """Whether float64 is enabled in the current (possibly scoped) configuration."""
+    return bool(jax.config.jax_enable_x64)
+
+
+@contextlib.contextmanager
+def float64_scope():
+    """Context manager: float64 enabled inside, the previous setting restored on exit."""
+    if hasattr(jax, "enable_x64"):  # jax >= 0.7: a scoped config state
+        with jax.enable_x64(True):
+            yield
+    else:  # pragma: no cover - older jax
+        from jax.experimental import enable_x64
+
+        with enable_x64():
+            yield
+
+
+def dtype_scope(dtype):
+    """`float64_scope()` for a 64-bit `dtype`, else a no-op context."""
+    return float64_scope() if np.dtype(dtype).itemsize == 8 else contextlib.nullcontext()
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """`np.dtype(dtype)` if it is float32 or float64, else `ValueError` naming `name`."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"{name} must be float32 or float64, got {dtype!r}") from None
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"{name} must be float32 or float64, got {dt}")
+    return dt
+
+
+_TRACED_HINT = (
+    "{name} computes in float64, but it was called inside a JAX transformation (jit, vmap, grad, ...) traced "
+    "without float64. Wrap the transformed call in `with phasejax.float64_scope():` (or "
+    "`with jax.enable_x64(True):`), or set JAX_ENABLE_X64=1 for the whole program."
+)
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def uses_float64(fn):
+    """Decorator for theory entry points: run `fn` in `float64_scope()`.
+
+    If float64 is already enabled (globally or by an enclosing scope) `fn`
+    runs as is. If not, and an argument is a JAX tracer (the call is inside a
+    transformation traced in float32), raise a `ValueError` explaining how to
+    enable float64 instead of silently computing in float32.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if x64_enabled():
+            return fn(*args, **kwargs)
+        if any(_is_tracer(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
+            raise ValueError(_TRACED_HINT.format(name=getattr(fn, "__qualname__", "this function")))
+        with float64_scope():
+            return fn(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,128 @@
+"""One status enum and one iteration loop for every iterative routine (SE, GAMP, training, tasks).
+
+Modelled on optimistix: an iterative method is a small frozen object with
+`init(...) -> state`, `step(state) -> state` and `terminate(state) -> (done,
+status)`; `iterate` owns the `lax.while_loop`, the step count and the
+`MAX_ITERATIONS` status, so every solver reports the same way and stays
+jittable and vmappable (a failure is a status, not an exception).
+
+`Status` codes are plain integers inside JAX arrays; `Status(code).name`
+is the name written to CSV files (`status_name`), `Status.message` explains it.
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> class Halve:                                   # x <- x / 2 until |x| < 1e-3
+  ...     def init(self, x): return x
+  ...     def step(self, x): return x / 2
+  ...     def terminate(self, x): return jnp.abs(x) < 1e-3, jnp.asarray(Status.CONVERGED)
+  >>> out = iterate(Halve(), Halve().init(jnp.asarray(1.0)), max_steps=100)
+  >>> int(out.steps), status_name(out.status)
+  (10, 'converged')
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+class Status(enum.IntEnum):
+    """Outcome of an iterative routine. Stored as an `int32` code; names are written to CSV."""
+
+    CONVERGED = 0
+    MAX_ITERATIONS = 1
+    INVALID_ITERATE = 2
+    INVALID_INPUT = 3
+    DIVERGED = 4
+    RUNNING = -1
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    Status.CONVERGED: "the stopping criterion was met",
+    Status.MAX_ITERATIONS: "the iteration cap was reached before the stopping criterion; values are the last iterate's",
+    Status.INVALID_ITERATE: ("an iterate left the valid domain (non-finite, or an overlap matrix not positive "
+                             "semi-definite); the last valid iterate is returned and derived quantities are NaN"),
+    Status.INVALID_INPUT: "the inputs are invalid (traced values that could not be checked before the call)",
+    Status.DIVERGED: "the iterates diverged (non-finite or exploding); the last good iterate is returned",
+    Status.RUNNING: "still running (internal; never returned)",
+}
+
+STATUS_NAMES = {int(s): s.name.lower() for s in Status if s is not Status.RUNNING}
+"""`{code: name}` for the codes a routine can return."""
+
+
+def status_name(code) -> str:
+    """Lower-case name of a status code (`0 -> "converged"`); accepts ints and 0-d arrays."""
+    return Status(int(np.asarray(code))).name.lower()
+
+
+def status_names(codes) -> np.ndarray:
+    """Vectorised `status_name` over an array of codes (for CSV columns)."""
+    return np.asarray([status_name(c) for c in np.asarray(codes).ravel()]).reshape(np.shape(codes))
+
+
+def status_code(name: str) -> int:
+    """Inverse of `status_name` (`"converged" -> 0`); raises `ValueError` for unknown names."""
+    try:
+        return int(Status[name.upper()])
+    except KeyError:
+        raise ValueError(f"unknown status {name!r}; known: {sorted(STATUS_NAMES.values())}") from None
+
+
+class IterativeSolver(Protocol):
+    """What `iterate` needs: `step(state) -> state` and `terminate(state) -> (done (), status ())`."""
+
+    def step(self, state: Any) -> Any: ...
+
+    def terminate(self, state: Any) -> tuple[Array, Array]: ...
+
+
+class IterationResult(NamedTuple):
+    """Output of `iterate`: the final `state`, `steps ()` taken and `status ()` (a `Status` code)."""
+
+    state: Any
+    steps: Array
+    status: Array
+
+
+def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: int = 0) -> IterationResult:
+    """Run `solver.step` from `state` until `solver.terminate` says done or `max_steps` steps.
+
+    The status is the one `terminate` reports when it stops the loop, and
+    `MAX_ITERATIONS` when the cap stops it. `terminate` is checked before the
+    first step (a state that is already done takes zero steps) unless
+    `min_steps > 0`. Jittable and vmappable; under `vmap` every lane runs
+    until the slowest is done, but a finished lane's state no longer changes.
+    """
+    if max_steps < 0 or min_steps < 0:
+        raise ValueError(f"max_steps and min_steps must be >= 0, got {max_steps}, {min_steps}")
+
+    def check(state, k):
+        done, status = solver.terminate(state)
+        done = jnp.asarray(done) & (k >= min_steps)
+        return done, jnp.asarray(status, jnp.int32)
+
+    def cond(carry):
+        _, k, done, _ = carry
+        return (~done) & (k < max_steps)
+
+    def body(carry):
+        state, k, _, _ = carry
+        state = solver.step(state)
+        done, status = check(state, k + 1)
+        return state, k + 1, done, status
+
+    done0, status0 = check(state, jnp.asarray(0))
+    state, k, done, status = jax.lax.while_loop(cond, body, (state, jnp.asarray(0), done0, status0))
+    status = jnp.where(done, status, jnp.int32(Status.MAX_ITERATIONS))
+    return IterationResult(state=state, steps=k, status=status)

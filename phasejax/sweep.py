@@ -1,0 +1,391 @@
+"""Chunked, resumable, sharded execution of a pure batch function over a task table.
+
+Every sweep of phasejax (phase diagrams, trained students, GAMP, counting and
+the other tasks) runs through `run_chunked`:
+
+* the task table (a dict of equal-length 1-d arrays) is cut into chunks of
+  `RunOptions.chunk_size` tasks; each chunk is one compiled call of the batch
+  function, split over the devices with `jax.shard_map` (a chunk is padded to
+  a multiple of the device count and the padding dropped, so the chunking,
+  hence a run directory, does not depend on the number of devices: a run
+  started on a CPU resumes on 8 GPUs);
+* every finished chunk is written atomically to `run_dir/chunks/` as NPZ;
+  a re-run loads finished chunks instead of recomputing them;
+* `run_dir/config.json` records the run's complete configuration, its
+  fingerprint (a SHA-256 of the configuration's *content*, of the task table
+  and of the library version) and the chunking. A run directory holding
+  another fingerprint is refused with the keys that differ named.
+  Functions in a configuration (a custom target, a student) are identified
+  by `callable_identity`: a hash of their code, constants, defaults and
+  closure values, not by their name.
+
+Multi-host: call `jax.distributed.initialize()` in every process and pass
+`RunOptions(process_index=jax.process_index(), process_count=jax.process_count())`;
+process `i` computes chunks `i, i + count, ...` on its local devices into a
+shared `run_dir`, and `run_chunked` returns the full table once every chunk
+is on disk (before that, `None`).
+
+Example:
+  >>> import jax.numpy as jnp, numpy as np
+  >>> out = run_chunked(lambda c: {"y": jnp.asarray(c["x"]) ** 2}, {"x": np.arange(5.0)},
+  ...                   {"kind": "square"}, RunOptions(chunk_size=2, progress=False))
+  >>> out["y"].tolist()
+  [0.0, 1.0, 4.0, 9.0, 16.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+import types
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+
+Tasks = Mapping[str, np.ndarray]
+
+
+# ----------------------------------------------------------------------------
+# Options
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a sweep runs (shared by every sweep of phasejax); none of it changes the results.
+
+    Attributes:
+      run_dir: folder for `config.json` and the chunk files; a re-run with the
+        same configuration resumes there. `None` (the default for every
+        sweep) computes in a temporary folder that is removed afterwards.
+      chunk_size: tasks per compiled call (memory grows with it).
+      devices: devices to shard each chunk over (default: all local devices).
+      process_index, process_count: this process and the number of processes
+        of a multi-host run (`jax.process_index()`, `jax.process_count()`).
+      progress: show a progress bar over chunks (tqdm, on stderr).
+      max_chunks: compute at most this many new chunks, then return `None`
+        (for time-boxed jobs and tests).
+    """
+
+    run_dir: str | None = None
+    chunk_size: int = 16
+    devices: tuple | None = None
+    process_index: int = 0
+    process_count: int = 1
+    progress: bool = True
+    max_chunks: int | None = None
+
+    def __post_init__(self):
+        if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
+            raise ValueError(f"run_dir must be a path or None, got {self.run_dir!r}")
+        for name in ("chunk_size", "process_count"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        pi = self.process_index
+        if isinstance(pi, bool) or not isinstance(pi, (int, np.integer)) or not 0 <= pi < self.process_count:
+            raise ValueError(f"process_index must be an integer in [0, process_count={self.process_count}), got {pi!r}")
+        if self.max_chunks is not None and (isinstance(self.max_chunks, bool) or int(self.max_chunks) != self.max_chunks
+                                            or self.max_chunks < 0):
+            raise ValueError(f"max_chunks must be a non-negative integer or None, got {self.max_chunks!r}")
+        if self.devices is not None:
+            object.__setattr__(self, "devices", tuple(self.devices))
+            if not self.devices:
+                raise ValueError("devices must hold at least one device (or be None for all local devices)")
+        if self.run_dir is not None:
+            object.__setattr__(self, "run_dir", os.fspath(self.run_dir))
+
+    def replace(self, **changes) -> "RunOptions":
+        return dataclasses.replace(self, **changes)
+
+
+def run_options(options: RunOptions | None = None, **overrides) -> RunOptions:
+    """`options` (default `RunOptions()`) with keyword overrides; the one way sweeps read their options."""
+    options = RunOptions() if options is None else options
+    if not isinstance(options, RunOptions):
+        raise ValueError(f"options must be a RunOptions, got {type(options).__name__}")
+    return options.replace(**overrides) if overrides else options
+
+
+# ----------------------------------------------------------------------------
+# Fingerprints by content
+# ----------------------------------------------------------------------------
+
+
+def _code_digest(code: types.CodeType, h) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr(code.co_varnames).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_digest(const, h)
+        else:
+            h.update(repr(const).encode())
+
+
+def _value_digest(value, h, depth: int = 0) -> None:
+    if callable(value) and not isinstance(value, type) and depth < 4:
+        h.update(callable_identity(value, _depth=depth + 1).encode())
+    elif isinstance(value, (np.ndarray, jax.Array)) or hasattr(value, "__array__"):
+        try:
+            a = np.asarray(value)
+            h.update(str(a.dtype).encode() + str(a.shape).encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        except Exception:  # noqa: BLE001 - an opaque object: fall back to its repr
+            h.update(repr(value).encode())
+    elif isinstance(value, (types.ModuleType, type)):
+        h.update(getattr(value, "__name__", repr(value)).encode())
+    else:
+        h.update(repr(value).encode())
+
+
+def callable_identity(fn: Callable, *, _depth: int = 0) -> str:
+    """A stable identity of a function's behaviour: `"<qualname>@<hash>"`.
+
+    The hash covers the byte code (and nested code), constants, names,
+    default arguments, closure values and the values of the module globals
+    the code reads (numbers, strings, arrays; other functions recursively by
+    their own identity; modules by name). Two lambdas with the same name but
+    different bodies or captured values get different identities. A function
+    may declare its identity explicitly with an attribute
+    `__phasejax_id__ = "some-unique-name"` (then only that string is used).
+    `functools.partial` objects are identified by their function, arguments
+    and keywords.
+    """
+    explicit = getattr(fn, "__phasejax_id__", None)
+    if explicit is not None:
+        return str(explicit)
+    h = hashlib.sha256()
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__
+    if hasattr(fn, "func") and hasattr(fn, "args") and hasattr(fn, "keywords"):   # functools.partial
+        h.update(callable_identity(fn.func, _depth=_depth + 1).encode())
+        for v in fn.args:
+            _value_digest(v, h, _depth)
+        for k in sorted(fn.keywords or {}):
+            h.update(k.encode())
+            _value_digest(fn.keywords[k], h, _depth)
+        return f"partial({name})@{h.hexdigest()[:16]}"
+    target = getattr(fn, "__func__", fn)          # bound methods
+    target = inspect.unwrap(target) if callable(target) else target
+    code = getattr(target, "__code__", None)
+    if code is None:  # a builtin, a jitted function, a callable object
+        wrapped = getattr(target, "__wrapped__", None)
+        if wrapped is not None and wrapped is not target:
+            return callable_identity(wrapped, _depth=_depth + 1)
+        h.update(f"{getattr(target, '__module__', '')}.{name}".encode())
+        if not isinstance(target, (types.BuiltinFunctionType, types.FunctionType)) and hasattr(target, "__dict__"):
+            for k in sorted(vars(target)):
+                h.update(k.encode())
+                _value_digest(vars(target)[k], h, _depth)
+        return f"{name}@{h.hexdigest()[:16]}"
+    _code_digest(code, h)
+    for v in (target.__defaults__ or ()):
+        _value_digest(v, h, _depth)
+    for k, v in sorted((target.__kwdefaults__ or {}).items()):
+        h.update(k.encode())
+        _value_digest(v, h, _depth)
+    for cell in (target.__closure__ or ()):
+        try:
+            _value_digest(cell.cell_contents, h, _depth)
+        except ValueError:   # empty cell
+            h.update(b"<empty>")
+    globs = getattr(target, "__globals__", {})
+    for gname in code.co_names:
+        if gname in globs:
+            g = globs[gname]
+            if isinstance(g, (int, float, complex, str, bytes, bool, tuple, np.ndarray)) or callable(g):
+                h.update(gname.encode())
+                _value_digest(g, h, _depth)
+    return f"{name}@{h.hexdigest()[:16]}"
+
+
+def canonical_config(config: Any) -> Any:
+    """`config` with functions replaced by `callable_identity`, arrays by lists, tuples by lists (JSON-ready)."""
+    if isinstance(config, Mapping):
+        return {str(k): canonical_config(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
+        return [canonical_config(v) for v in config]
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: canonical_config(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, (np.ndarray, jax.Array)):
+        return np.asarray(config).tolist()
+    if isinstance(config, np.generic):
+        return config.item()
+    if isinstance(config, float):
+        return float(config)
+    if callable(config) and not isinstance(config, type):
+        return callable_identity(config)
+    return config
+
+
+def config_fingerprint(config: Mapping, tasks: Tasks, version: str | None = None) -> str:
+    """SHA-256 of the canonical JSON config, the task table and the library version."""
+    if version is None:
+        from phasejax import __version__ as version
+    h = hashlib.sha256(json.dumps(canonical_config(config), sort_keys=True).encode())
+    h.update(f"phasejax={version}".encode())
+    for key in sorted(tasks):
+        a = np.ascontiguousarray(np.asarray(tasks[key]))
+        h.update(key.encode() + str(a.dtype).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _flatten(obj, prefix: str = "") -> dict:
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def config_differences(old: Mapping, new: Mapping) -> list[str]:
+    """Dotted keys whose values differ between two (canonical) configs."""
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
+
+
+# ----------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------
+
+
+def sharded(fn: Callable, devices) -> Callable:
+    """Jit `fn` with its leading (batch) axis split over `devices` (a 1-d mesh, `shard_map`)."""
+    if len(devices) == 1:
+        return jax.jit(fn)
+    mesh = Mesh(np.asarray(devices), ("batch",))
+    spec = PartitionSpec("batch")
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+
+
+def _check_tasks(tasks: Tasks) -> int:
+    names = list(tasks)
+    if not names:
+        raise ValueError("tasks must hold at least one column")
+    n = len(np.asarray(tasks[names[0]]))
+    if n == 0:
+        raise ValueError("tasks is empty")
+    for k in names:
+        if np.asarray(tasks[k]).shape != (n,):
+            raise ValueError(f"task column {k!r} must have shape ({n},), got {np.asarray(tasks[k]).shape}")
+    return n
+
+
+def run_record(config: Mapping, tasks: Tasks, chunk_size: int) -> dict:
+    """The `config.json` record of a run: canonical config, fingerprint, version and chunking."""
+    from phasejax import __version__
+
+    n = _check_tasks(tasks)
+    return dict(config=canonical_config(config), fingerprint=config_fingerprint(config, tasks), library="phasejax",
+                version=__version__, n_tasks=n, chunk_size=int(min(chunk_size, n)),
+                n_chunks=int(np.ceil(n / min(chunk_size, n))))
+
+
+def claim_run_dir(run_dir: str, record: Mapping) -> None:
+    """Create `run_dir/config.json` from `record`, or check that an existing one matches it.
+
+    Raises `ValueError` naming the differing keys when the directory holds
+    another run (a different config, task table, library version or chunk size).
+    """
+    cfg_path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(cfg_path):
+        os.makedirs(run_dir, exist_ok=True)
+        atomic_write_json(cfg_path, dict(record))
+        return
+    old = read_json(cfg_path)
+    if old.get("fingerprint") == record["fingerprint"] and old.get("chunk_size") == record["chunk_size"]:
+        return
+    diffs = [f"config.{k}" for k in config_differences(old.get("config", {}), record["config"])]
+    for key in ("version", "n_tasks", "chunk_size"):
+        if old.get(key) != record[key]:
+            diffs.append(f"{key} ({old.get(key)!r} there, {record[key]!r} now)")
+    if not diffs:
+        diffs.append("the task table (same config, different tasks)")
+    raise ValueError(f"{run_dir} holds another run; differing: {', '.join(diffs)}. "
+                     "Use a new run directory, or delete the old one to recompute.")
+
+
+def run_chunked(
+    fn: Callable[[dict], dict],
+    tasks: Tasks,
+    config: Mapping,
+    options: RunOptions | None = None,
+) -> dict[str, np.ndarray] | None:
+    """Run the batch function `fn` over `tasks` chunk by chunk; resumable; returns the outputs in task order.
+
+    Args:
+      fn: pure batch function `dict[str, (C,) array] -> dict[str, (C, ...) array]`
+        (vmapped inside); every call gets the same chunk shape (the last chunk
+        and the device split are padded by repeating a task; padding is dropped).
+      tasks: dict of equal-length 1-d numpy arrays, one entry per task.
+      config: JSON-serialisable description of everything the results depend
+        on besides the tasks (functions allowed: see `callable_identity`).
+      options: `RunOptions` (run directory, chunk size, devices, processes, progress).
+    Returns:
+      dict of numpy arrays with a leading axis of `len(tasks)`, in task order;
+      `None` when not every chunk is on disk yet (`max_chunks`, or other hosts).
+    """
+    options = run_options(options)
+    if options.run_dir is None:   # nothing to resume: a temporary folder, removed afterwards
+        with tempfile.TemporaryDirectory() as tmp:
+            return run_chunked(fn, tasks, config, options.replace(run_dir=tmp))
+    n = _check_tasks(tasks)
+    names = list(tasks)
+    run_dir = options.run_dir
+    record = run_record(config, tasks, options.chunk_size)
+    chunk_size, n_chunks = record["chunk_size"], record["n_chunks"]
+    claim_run_dir(run_dir, record)
+    os.makedirs(os.path.join(run_dir, "chunks"), exist_ok=True)
+
+    devices = list(jax.local_devices() if options.devices is None else options.devices)
+    padded = int(np.ceil(chunk_size / len(devices)) * len(devices))
+
+    def chunk_path(i: int) -> str:
+        return os.path.join(run_dir, "chunks", f"chunk_{i:05d}.npz")
+
+    mine = [i for i in range(n_chunks) if i % options.process_count == options.process_index]
+    parts = {i: load_npz(chunk_path(i)) for i in mine}
+    todo = [i for i in mine if parts[i] is None]
+    run = sharded(fn, devices) if todo else None
+    bar = None
+    if options.progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"chunks ({len(mine) - len(todo)} of {len(mine)} already done)",
+                   unit="chunk")
+    computed = 0
+    for i in todo:
+        if options.max_chunks is not None and computed >= options.max_chunks:
+            break
+        idx = np.arange(i * chunk_size, i * chunk_size + padded)
+        valid = idx < min((i + 1) * chunk_size, n)
+        idx = np.where(valid, idx, min((i + 1) * chunk_size, n) - 1)
+        chunk = {k: np.asarray(tasks[k])[idx] for k in names}
+        out = jax.device_get(run(chunk))
+        out = {k: np.asarray(v)[valid] for k, v in out.items()}
+        out["_task_index"] = idx[valid]
+        atomic_save_npz(chunk_path(i), out)
+        parts[i] = out
+        computed += 1
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    # other processes' chunks (multi-host) are read from disk once ours are done
+    parts = [parts[i] if i in parts else load_npz(chunk_path(i)) for i in range(n_chunks)]
+    if any(p is None for p in parts):
+        return None
+    result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(result.pop("_task_index"), kind="stable")
+    return {k: v[order] for k, v in result.items()}
