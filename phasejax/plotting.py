@@ -16,9 +16,10 @@ from phasejax.phase.diagram import by_branch
 from phasejax.io import atomic_write_bytes
 
 
-def _save(fig: Figure, path: str) -> str:
+def save_figure(fig: Figure, path: str, dpi: int = 130) -> str:
+    """Render a `matplotlib.figure.Figure` to PNG at `path` atomically (no pyplot, no global backend); returns `path`."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -48,7 +49,7 @@ def plot_phase_map(pd, path: str) -> str:
     ax.set_title(rf"Tied attention: $\sigma={cfg['sigma'][0]:g}$, $\lambda={cfg['lam']:g}$, "
                  rf"$A={np.asarray(cfg['A']).round(2).tolist()}$", fontsize=9)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_omega_slice(pd, omega: float, path: str) -> str:
@@ -87,7 +88,7 @@ def plot_omega_slice(pd, omega: float, path: str) -> str:
         ax.set_xlabel(r"$\alpha$")
         ax.legend(fontsize=7)
     fig.suptitle(rf"$\omega = {w[i]:g}$", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def plot_training_vs_theory(runs, theory, path: str, omega: float) -> str:
     n_seeds = len(np.unique(np.asarray(runs["seed"])))
     fig.suptitle(rf"Trained tied attention ($d={d}$, {n_seeds} seeds) vs state evolution, $\omega={omega:g}$",
                  fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_finite_size_scaling(ds, stats: dict, se: dict, path: str, alpha: float) -> str:
@@ -192,7 +193,7 @@ def plot_finite_size_scaling(ds, stats: dict, se: dict, path: str, alpha: float)
         ax.legend(fontsize=7)
     ax1.set_ylabel("overlap (per token)")
     fig.suptitle(rf"Finite-size scaling at $\alpha={alpha:g}$", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_solution_fractions(alphas, fractions: np.ndarray, names, path: str, title: str) -> str:
@@ -210,7 +211,7 @@ def plot_solution_fractions(alphas, fractions: np.ndarray, names, path: str, tit
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_gamp_vs_se(traj: dict, fixed_rows: list, cols: list, path: str, *, d: int, fp_d: int, alpha: float,
@@ -261,7 +262,7 @@ def plot_gamp_vs_se(traj: dict, fixed_rows: list, cols: list, path: str, *, d: i
     fig.suptitle(rf"GAMP vs state evolution: trajectories at $d={d}$, $\alpha={alpha:g}$; damping (semantic, "
                  rf"positional) = {tuple(damping)}",
                  fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------
@@ -308,7 +309,7 @@ def plot_counting_phase_diagrams(results: dict, path: str, title: str) -> str:
     cb = fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.8)
     cb.set_label("test accuracy  (red *: 100%, white +: > 99%)")
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_attention_matrices(attn: dict, tokens: np.ndarray, path: str) -> str:
@@ -332,4 +333,4 @@ def plot_attention_matrices(attn: dict, tokens: np.ndarray, path: str) -> str:
                 ax.set_title(f"sequence {j + 1}", fontsize=9)
     fig.suptitle("Attention matrices (seed 0): semantic = equal tokens attend to each other; "
                  "positional = input-independent", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
