@@ -1,0 +1,199 @@
+"""Single-layer transformer on binary first-order Markov chains (issue 13 part A): phase diagrams over (p, q).
+
+Trains Gaussian-initialised one-layer transformers (embedding, learned positions,
+causal softmax attention, ReLU feed-forward, readout tied to the embedding or not)
+on stationary chains with P = [[1-p, p], [q, 1-q]], over a (p, q) grid x tied/untied
+x seeds (vmapped, resumable chunks), and compares the final population loss with the
+entropy rate (the optimum) and H(pi) (the stationary predictor). Also checks the
+bad critical point exactly (gradient and Hessian spectrum, float64, all 2^N chains)
+and integrates the gradient flow of the reduced (rank-one) model.
+
+Presets:
+  cpu (default)  6 x 6 (p, q) grid, 5 seeds, tied and untied, d = 8, N = 32, batch 16,
+                 1000 SGD steps (lr 0.5, cosine); reduced model on a 19 x 19 grid.
+                 Under 15 minutes on a quiet 2-core CPU.
+  gpu            19 x 19 grid (p, q = 0.05 .. 0.95), 10 seeds, N = 128, batch 64, 4000 steps,
+                 chunk size 512 (not run for this release; see docs/sandboxes/markov.md).
+
+Writes into --out (default results/markov/): runs.csv, curves.csv, summary.json,
+phase_diagram.png, curves.png, critical_points.csv, critical_spectra.png,
+trace.csv, trace.png (tied runs at --high: loss, |e| and the curvature along e
+at the stationary point vs step), reduced_cells.csv, reduced_summary.json, reduced_flow.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+from phasejax.commands.argtypes import (
+    add_run_options,
+    nonnegative_float,
+    open_unit_interval,
+    positive_float,
+    positive_int,
+    run_options_from,
+)
+
+NAME = "markov"
+HELP = "single-layer transformer on binary Markov chains: (p, q) phase diagrams, bad critical point, reduced flow"
+
+_CPU_PQ = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85)
+_GPU_PQ = tuple(round(0.05 * k, 2) for k in range(1, 20))
+
+PRESETS = {
+    "cpu": dict(ps=_CPU_PQ, qs=_CPU_PQ, seeds=5, d=8, length=32, batch_size=16, steps=1000, chunk_size=72,
+                reduced_seeds=5, basin_points=41),
+    "gpu": dict(ps=_GPU_PQ, qs=_GPU_PQ, seeds=10, d=8, length=128, batch_size=64, steps=4000, chunk_size=512,
+                reduced_seeds=20, basin_points=101),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="grid and training size")
+    parser.add_argument("--out", default="results/markov", help="output folder")
+    g = parser.add_argument_group("grid (default: the preset's)")
+    g.add_argument("--ps", type=open_unit_interval, nargs="+", default=None, help="values of p = P(1 | 0)")
+    g.add_argument("--qs", type=open_unit_interval, nargs="+", default=None, help="values of q = P(0 | 1)")
+    g.add_argument("--seeds", type=positive_int, default=None, help="seeds per (p, q, tied) cell")
+    g.add_argument("--tied", choices=("both", "tied", "untied"), default="both", help="readout tied to the embedding")
+    t = parser.add_argument_group("model and training (default: the preset's)")
+    t.add_argument("--d", type=positive_int, default=None, help="embedding dimension")
+    t.add_argument("--length", type=positive_int, default=None, help="chain length N (>= 2)")
+    t.add_argument("--batch-size", type=positive_int, default=None, help="fresh chains per step")
+    t.add_argument("--steps", type=positive_int, default=None, help="training steps")
+    t.add_argument("--init-std", type=nonnegative_float, default=0.02, help="std of the Gaussian initialisation")
+    t.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+                   help="sgd: closest to gradient flow; adamw: Makkuva et al.'s optimiser")
+    t.add_argument("--learning-rate", type=positive_float, default=None,
+                   help="peak learning rate (default 0.5 for sgd, 2e-3 for adamw)")
+    t.add_argument("--weight-decay", type=nonnegative_float, default=None,
+                   help="decoupled weight decay (default 0 for sgd, 1e-3 for adamw)")
+    t.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="after a 2%% linear warm-up")
+    t.add_argument("--grad-clip", type=nonnegative_float, default=0.0, help="clip gradients to this norm (0: off)")
+    t.add_argument("--n-eval", type=positive_int, default=4096, help="fresh chains for the final population loss")
+    t.add_argument("--tol", type=positive_float, default=1e-3,
+                   help="stuck: |final loss - H(pi)| < tol (nats); at the optimum: |final loss - entropy rate| < tol")
+    r = parser.add_argument_group("checks and the reduced model")
+    r.add_argument("--skip-critical", action="store_true", help="skip the exact Hessian check of the bad point")
+    r.add_argument("--skip-reduced", action="store_true", help="skip the reduced-model flow picture")
+    r.add_argument("--skip-trace", action="store_true",
+                   help="skip the trace (loss, |e|, curvature along e) of tied runs at --high")
+    r.add_argument("--reduced-init-std", type=positive_float, default=0.1, help="Gaussian init std of the reduced flow")
+    r.add_argument("--reduced-t-max", type=positive_float, default=600.0, help="gradient-flow horizon")
+    r.add_argument("--low", type=open_unit_interval, nargs=2, default=(0.2, 0.3), metavar=("P", "Q"),
+                   help="(p, q) with p + q < 1 for the basin picture and the critical-point check")
+    r.add_argument("--high", type=open_unit_interval, nargs=2, default=(0.7, 0.8), metavar=("P", "Q"),
+                   help="(p, q) with p + q > 1 for the basin picture and the critical-point check")
+    add_run_options(parser)
+    parser.set_defaults(chunk_size=None)   # the preset's (cpu 72, gpu 512) unless --chunk-size is given
+
+
+def run(args) -> int:
+    preset = PRESETS[args.preset]
+    if args.length is not None and args.length < 2:
+        raise SystemExit(f"error: --length must be >= 2, got {args.length}")
+    if args.low[0] + args.low[1] >= 1 or args.high[0] + args.high[1] <= 1:
+        raise SystemExit("error: --low needs p + q < 1 and --high needs p + q > 1")
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from phasejax.io import write_csv
+    from phasejax.tasks.markov import (
+        MarkovGrid,
+        MarkovTraining,
+        critical_point_check,
+        markov_sweep,
+        markov_trace,
+        plot_critical_spectra,
+        plot_markov_curves,
+        plot_markov_phase_diagrams,
+        plot_markov_trace,
+        shortest_float64,
+    )
+    from phasejax.tasks.markov_reduced import ReducedSettings, plot_reduced_flow, reduced_picture
+
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    adam = args.optimizer == "adamw"
+    training = MarkovTraining(
+        d=args.d or preset["d"], length=args.length or preset["length"], init_std=args.init_std,
+        steps=args.steps or preset["steps"], batch_size=args.batch_size or preset["batch_size"],
+        optimizer=args.optimizer,
+        learning_rate=args.learning_rate if args.learning_rate is not None else (2e-3 if adam else 0.5),
+        weight_decay=args.weight_decay if args.weight_decay is not None else (1e-3 if adam else 0.0),
+        schedule=args.schedule, grad_clip=args.grad_clip, n_eval=args.n_eval,
+        n_curve=min(25, args.steps or preset["steps"]))
+    tied = {"both": (1, 0), "tied": (1,), "untied": (0,)}[args.tied]
+    grid = MarkovGrid(ps=tuple(args.ps or preset["ps"]), qs=tuple(args.qs or preset["qs"]), tied=tied,
+                      seeds=tuple(range(args.seeds or preset["seeds"])))
+    args.chunk_size = args.chunk_size or preset["chunk_size"]
+    options = run_options_from(args, out)
+    timings = {}
+    written = []
+
+    t0 = time.perf_counter()
+    sweep = markov_sweep(grid, training, tol=args.tol, options=options)
+    timings["sweep_s"] = time.perf_counter() - t0
+    if sweep is None:
+        print(f"chunks are still missing under {options.run_dir} (other processes, or --max-chunks); re-run to finish")
+        return 0
+
+    checks = []
+    if not args.skip_critical:
+        t0 = time.perf_counter()
+        for p, q in (tuple(args.high), tuple(args.low)):
+            for t in (True, False):
+                checks.append(critical_point_check(p, q, t, dtype=jnp.float64))
+        rows = [c.row() for c in checks]
+        written.append(write_csv(os.path.join(out, "critical_points.csv"),
+                                 {k: np.asarray([r[k] for r in rows]) for k in rows[0]}))
+        written.append(plot_critical_spectra(checks, os.path.join(out, "critical_spectra.png")))
+        sweep.summary["critical_points"] = rows
+        timings["critical_s"] = time.perf_counter() - t0
+
+    if not args.skip_trace:
+        t0 = time.perf_counter()
+        p, q = args.high
+        n_points = max(k for k in range(1, 26) if training.steps % k == 0)
+        one = lambda s: markov_trace(s, p, q, 1.0, training, n_points)  # noqa: E731
+        tr = {k: np.asarray(v) for k, v in jax.jit(jax.vmap(one))(jnp.asarray(grid.seeds)).items()}
+        n = len(grid.seeds)
+        written.append(write_csv(os.path.join(out, "trace.csv"), dict(
+            seed=np.repeat(np.asarray(grid.seeds), n_points), step=tr["step"].ravel(),
+            loss=shortest_float64(tr["loss"]).ravel(), e_norm=shortest_float64(tr["e_norm"]).ravel(),
+            curvature=shortest_float64(tr["curvature"]).ravel())))
+        written.append(plot_markov_trace(tr, p, q, training, os.path.join(out, "trace.png")))
+        sweep.summary["trace"] = dict(p=p, q=q, tied=1, seeds=n, final_curvature=tr["curvature"][:, -1].tolist(),
+                                      min_curvature=tr["curvature"].min(1).tolist(),
+                                      final_e_norm=tr["e_norm"][:, -1].tolist())
+        timings["trace_s"] = time.perf_counter() - t0
+
+    if not args.skip_reduced:
+        t0 = time.perf_counter()
+        settings = ReducedSettings(init_std=args.reduced_init_std, t_max=args.reduced_t_max, tol=args.tol)
+        pic = reduced_picture(settings, seeds=preset["reduced_seeds"], basin_points=preset["basin_points"],
+                              low=tuple(args.low), high=tuple(args.high))
+        written += pic.write(out)
+        written.append(plot_reduced_flow(pic, os.path.join(out, "reduced_flow.png")))
+        sweep.summary["reduced"] = pic.summary()
+        timings["reduced_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    written.append(plot_markov_phase_diagrams(sweep, os.path.join(out, "phase_diagram.png")))
+    written.append(plot_markov_curves(sweep, os.path.join(out, "curves.png")))
+    timings["plots_s"] = time.perf_counter() - t0
+    sweep.summary["command"] = dict(preset=args.preset, timings=timings, run_dir=options.run_dir,
+                                    training=dataclasses.asdict(training))
+    written = sweep.write(out) + written
+    for path in written:
+        print(path)
+    facts = sweep.summary["facts"]
+    for name, f in facts.items():
+        print(f"{name}: {f['cells_passing']}/{f['cells']} cells (mean fraction {f['mean_fraction']:.2f})")
+    print("timings: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    return 0
