@@ -1,16 +1,29 @@
-"""Finite-size experiments: data (spec section 1), Flax students, Optax training, vmapped sweeps."""
+"""Finite-size experiments: data (theory notes, section 1), Flax students, Optax training, vmapped sweeps.
+
+Everything here takes a `dtype` (float32 by default, the right choice on
+accelerators; `jnp.float64` on request, computed inside
+`phasejax.precision.dtype_scope`).
+"""
 
 from phasejax.empirics.data import (
     TiedAttentionData,
+    cast_params,
     check_data,
     generate_data,
     overlaps_of,
     positional_directions,
+    run_keys,
     sample_count,
     sample_tokens,
     teacher_labels,
 )
-from phasejax.empirics.metrics import fresh_test_error, test_error_from_overlaps
+from phasejax.empirics.metrics import (
+    SOLUTIONS,
+    classify_solution,
+    fresh_test_error,
+    gauss_hermite_rule,
+    test_error_from_overlaps,
+)
 from phasejax.empirics.students import (
     INITS,
     STUDENTS,
@@ -23,13 +36,46 @@ from phasejax.empirics.students import (
     random_init,
     semantic_init,
 )
-from phasejax.empirics.sweep import RUN_COLUMNS, TrainingGrid, TrainingRuns, train_run, train_students, write_runs_csv
-from phasejax.empirics.training import TrainConfig, TrainResult, minimize, student_risk, train_student
+from phasejax.empirics.sweep import (
+    RUN_COLUMNS,
+    TrainingGrid,
+    TrainingRuns,
+    read_runs_csv,
+    train_run,
+    train_students,
+    training_config,
+    write_runs_csv,
+)
+from phasejax.empirics.training import (
+    DEFAULT_GTOL,
+    TrainConfig,
+    TrainResult,
+    minimize,
+    student_risk,
+    train_student,
+)
+from phasejax.empirics.gamp import (
+    ONSAGER_FORMS,
+    GAMPResult,
+    GAMPSweep,
+    basin_flips,
+    empirical_risk,
+    fixed_point_f,
+    gamp,
+    gamp_inputs,
+    gamp_sweep,
+    prox_consistency,
+    stein_mean_jacobian,
+)
 
 __all__ = [
-    "INITS", "RUN_COLUMNS", "STUDENTS", "LinearPositional", "TiedAttention", "TiedAttentionData", "TrainConfig",
-    "TrainResult", "TrainingGrid", "TrainingRuns", "UntiedAttention", "check_data", "fresh_test_error",
-    "generate_data", "init_weights", "make_student", "minimize", "overlaps_of", "positional_directions",
-    "positional_init", "random_init", "sample_count", "sample_tokens", "semantic_init", "student_risk",
-    "teacher_labels", "test_error_from_overlaps", "train_run", "train_student", "train_students", "write_runs_csv",
+    "ONSAGER_FORMS", "GAMPResult", "GAMPSweep", "basin_flips", "empirical_risk", "fixed_point_f", "gamp",
+    "gamp_inputs", "gamp_sweep", "prox_consistency", "stein_mean_jacobian",
+    "DEFAULT_GTOL", "INITS", "RUN_COLUMNS", "SOLUTIONS", "STUDENTS", "LinearPositional", "TiedAttention",
+    "TiedAttentionData", "TrainConfig", "TrainResult", "TrainingGrid", "TrainingRuns", "UntiedAttention",
+    "cast_params", "check_data", "classify_solution", "fresh_test_error", "gauss_hermite_rule", "generate_data",
+    "init_weights", "make_student", "minimize", "overlaps_of", "positional_directions", "positional_init",
+    "random_init", "read_runs_csv", "run_keys", "sample_count", "sample_tokens", "semantic_init", "student_risk",
+    "teacher_labels", "test_error_from_overlaps", "train_run", "train_student", "train_students",
+    "training_config", "write_runs_csv",
 ]
