@@ -52,6 +52,8 @@ def dtype_scope(dtype):
 
 def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
     """`np.dtype(dtype)` if it is float32 or float64, else `ValueError` naming `name`."""
+    if dtype is None:
+        raise ValueError(f"{name} must be float32 or float64, got None")
     try:
         dt = np.dtype(dtype)
     except TypeError:

@@ -98,13 +98,16 @@ class IterationResult(NamedTuple):
 def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: int = 0) -> IterationResult:
     """Run `solver.step` from `state` until `solver.terminate` says done or `max_steps` steps.
 
+    `max_steps` may be a traced integer (e.g. a cap chosen per lane).
+
     The status is the one `terminate` reports when it stops the loop, and
     `MAX_ITERATIONS` when the cap stops it. `terminate` is checked before the
     first step (a state that is already done takes zero steps) unless
     `min_steps > 0`. Jittable and vmappable; under `vmap` every lane runs
     until the slowest is done, but a finished lane's state no longer changes.
     """
-    if max_steps < 0 or min_steps < 0:
+    concrete = isinstance(max_steps, (int, np.integer))
+    if (concrete and max_steps < 0) or min_steps < 0:
         raise ValueError(f"max_steps and min_steps must be >= 0, got {max_steps}, {min_steps}")
 
     def check(state, k):

@@ -1,4 +1,4 @@
-"""Every public module imports on its own, in a fresh interpreter (no import cycles)."""
+"""Every public module imports on its own, in a fresh interpreter (no import cycles), and changes no JAX setting."""
 
 import os
 import subprocess
@@ -7,11 +7,14 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["phasejax.theory.gamp", "phasejax.theory.gram", "phasejax.empirics", "phasejax.empirics.sweep",
-           "phasejax.phase", "phasejax.tasks", "phasejax.tasks.transformer", "phasejax.plotting"]
+MODULES = ["phasejax", "phasejax.theory.gram", "phasejax.empirics", "phasejax.empirics.sweep",
+           "phasejax.phase", "phasejax.tasks", "phasejax.tasks.counting", "phasejax.tasks.transformer",
+           "phasejax.plotting", "phasejax.plotting_experiments", "phasejax.cli"]
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_module_imports_first(module):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, env=env, cwd=ROOT)
+    env.pop("JAX_ENABLE_X64", None)
+    code = f"import jax; import {module}; assert not jax.config.jax_enable_x64, 'import enabled float64'"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)

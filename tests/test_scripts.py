@@ -1,28 +1,42 @@
-"""The command-line scripts keep their documented output contracts."""
+"""The scripts are thin wrappers of `phasejax` subcommands, and the commands keep their output contracts."""
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
+import runpy
+import sys
 
+import numpy as np
 import pytest
 
+from phasejax.cli import main
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WRAPPERS = {"reproduce_fig2": "fig2", "reproduce_scaling": "scaling", "random_init_stats": "random-init",
+            "counting_phase_diagram": "counting", "histogram_two_solutions": "histogram",
+            "bench_training": "bench-training", "phase_diagram": "phase-diagram", "solve_se": "solve"}
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.mark.parametrize("script,command", sorted(WRAPPERS.items()))
+def test_script_is_a_thin_wrapper_of_its_subcommand(script, command, monkeypatch):
+    path = os.path.join(ROOT, "scripts", f"{script}.py")
+    with open(path) as fh:
+        source = fh.read()
+    assert f'main(["{command}", *sys.argv[1:]])' in source and len(source.splitlines()) <= 12
+    monkeypatch.setattr(sys, "argv", [path, "--help"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as info:
+        runpy.run_path(path, run_name="__main__")
+    assert info.value.code == 0
+    assert out.getvalue().startswith(f"usage: phasejax {command}")
 
 
-def test_solve_se_prints_one_json_line_per_pair():
+def test_solve_prints_one_json_line_per_pair():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        _load("solve_se").main(["--alpha", "1.0", "2.0", "--omega", "0.3", "--branch", "positional", "--nodes", "4"])
-    rows = [json.loads(line) for line in buf.getvalue().splitlines()]
+        main(["solve", "--alpha", "1.0", "2.0", "--omega", "0.3", "--branch", "positional", "--nodes", "4"])
+    rows = [json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{")]
     assert len(rows) == 2
     keys = {"alpha", "omega", "branch", "q", "m", "V", "theta", "test_error", "train_loss", "converged", "iterations"}
     for row in rows:
@@ -31,40 +45,79 @@ def test_solve_se_prints_one_json_line_per_pair():
     assert [r["alpha"] for r in rows] == [1.0, 2.0]
 
 
-def test_solve_se_rejects_bad_omega():
-    with pytest.raises(ValueError, match="omega"):
-        _load("solve_se").main(["--alpha", "1.0", "--omega", "1.5", "--nodes", "3"])
-
-
 def _csv_header(path):
     with open(path) as fh:
         return fh.readline().strip().split(",")
 
 
-def test_reproduce_fig2_writes_the_runs_csv_contract(tmp_path):
-    _load("reproduce_fig2").main(["--d", "20", "--n-alpha", "2", "--alpha-min", "1.0", "--alpha-max", "2.0",
-                                  "--seeds", "1", "--nodes", "3", "--chunk-size", "4", "--out", str(tmp_path)])
+@pytest.mark.slow
+def test_fig2_writes_the_runs_csv_contract(tmp_path):
+    main(["fig2", "--d", "20", "--n-alpha", "2", "--alpha-min", "1.0", "--alpha-max", "2.0", "--seeds", "1",
+          "--no-progress", "--out", str(tmp_path)])
     header = _csv_header(tmp_path / "runs.csv")
     assert header[:11] == ["alpha", "omega", "seed", "init", "d", "m", "theta", "q", "train_loss", "test_error",
                            "test_error_theory"]
     with open(tmp_path / "runs.csv") as fh:
         assert len(fh.read().splitlines()) == 1 + 2 * 2   # alphas x inits x 1 seed
     assert (tmp_path / "fig2.png").stat().st_size > 10_000
+    assert (tmp_path / "theory" / "thresholds.csv").exists()
 
 
-def test_random_init_stats_fractions_sum_to_one(tmp_path):
-    _load("random_init_stats").main(["--d", "20", "--n-alpha", "2", "--seeds", "3", "--max-steps", "300",
-                                     "--out", str(tmp_path)])
-    with open(tmp_path / "fractions.csv") as fh:
-        rows = [line.split(",") for line in fh.read().splitlines()[1:]]
-    assert len(rows) == 2
-    for row in rows:
-        assert abs(sum(float(x) for x in row[1:4]) - 1.0) < 1e-12 and int(row[4]) == 3
+@pytest.mark.slow
+def test_random_init_fractions_sum_to_one(tmp_path):
+    main(["random-init", "--d", "20", "--n-alpha", "2", "--seeds", "3", "--max-steps", "300", "--no-progress",
+          "--out", str(tmp_path)])
+    from phasejax.io import read_csv
+
+    table = read_csv(str(tmp_path / "fractions.csv"))
+    assert len(table["alpha"]) == 2
+    total = table["positional"] + table["semantic"] + table["neither"]
+    assert abs(total - 1.0).max() < 1e-12 and (table["n_runs"] == 3).all()
+    assert (table["positional_low68"] <= table["positional"]).all()
+    assert (table["positional"] <= table["positional_high68"]).all()
 
 
-def test_gamp_vs_se_writes_the_fixed_points_contract(tmp_path):
-    _load("gamp_vs_se").main(["--d", "40", "--seeds", "1", "--alpha", "2.0", "--alphas", "2.0", "--fp-d", "40", "--max-iter", "3",
-                              "--nodes", "3", "--out", str(tmp_path)])
-    assert _csv_header(tmp_path / "fixed_points.csv") == ["alpha", "omega", "branch", "d", "seed", "q", "m", "theta",
-                                                          "se_q", "se_m", "se_theta", "grad_norm", "converged"]
-    assert (tmp_path / "gamp_vs_se.png").stat().st_size > 10_000
+def _synthetic_runs(alphas, ds, inits, seeds, solution_of):
+    """A runs table with `RUN_COLUMNS` (no training): one row per (d, alpha, init, seed)."""
+    from phasejax.empirics import RUN_COLUMNS
+
+    rows = [(d, a, i, s) for d in ds for a in alphas for i in inits for s in range(seeds)]
+    rng = np.random.default_rng(0)
+    runs = {k: rng.uniform(0.01, 0.3, len(rows)) for k in RUN_COLUMNS}
+    runs.update(d=np.asarray([r[0] for r in rows]), alpha=np.asarray([r[1] for r in rows]),
+                init=np.asarray([r[2] for r in rows]), seed=np.asarray([r[3] for r in rows]),
+                omega=np.full(len(rows), 0.3), n=np.asarray([round(r[0] * r[1]) for r in rows]),
+                steps=np.full(len(rows), 10), status=np.zeros(len(rows), int), converged=np.ones(len(rows), bool),
+                solution=np.asarray([solution_of(k) for k in range(len(rows))]))
+    return runs
+
+
+def test_random_init_replot_recomputes_the_fractions_from_runs_csv(tmp_path):
+    """`--replot` reads runs.csv only; the fractions are the counts of each solution per alpha."""
+    from phasejax.empirics import write_runs_csv
+    from phasejax.io import read_csv
+
+    runs = _synthetic_runs((0.5, 1.0), (20,), (2,), 4, lambda k: (0, 0, 1, 2)[k % 4])   # init 2 = random
+    write_runs_csv(runs, str(tmp_path / "runs.csv"))
+    assert main(["random-init", "--replot", "--out", str(tmp_path)]) == 0
+    table = read_csv(str(tmp_path / "fractions.csv"))
+    np.testing.assert_allclose(table["positional"], [0.5, 0.5])
+    np.testing.assert_allclose(table["semantic"], [0.25, 0.25])
+    assert (table["n_runs"] == 4).all() and (tmp_path / "fractions.png").stat().st_size > 10_000
+
+
+def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
+    from phasejax.empirics import write_runs_csv
+    from phasejax.io import atomic_write_json, read_csv
+
+    runs = _synthetic_runs((1.5,), (10, 40), (0, 1), 3, lambda k: 0)
+    write_runs_csv(runs, str(tmp_path / "runs.csv"))
+    atomic_write_json(str(tmp_path / "se.json"), dict(alpha=1.5, omega=0.3, m=0.25, theta=0.13))
+    assert main(["scaling", "--replot", "--out", str(tmp_path)]) == 0
+    table = read_csv(str(tmp_path / "summary.csv"))
+    for key, code, d in (("m", 0, 40), ("theta", 1, 10)):
+        row = (table["overlap"] == key) & (table["d"] == d)
+        v = runs[key][(runs["init"] == code) & (runs["d"] == d)]
+        np.testing.assert_allclose(table["mean"][row], v.mean())
+        np.testing.assert_allclose(table["abs_dev_from_se"][row], abs(v.mean() - {"m": 0.25, "theta": 0.13}[key]))
+    assert (tmp_path / "scaling.png").stat().st_size > 10_000

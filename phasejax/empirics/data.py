@@ -1,15 +1,27 @@
-"""Finite-size data of the tied-attention model (spec section 1), from a `jax.random` key.
+"""Finite-size data of the tied-attention model (theory notes, section 1), from a `jax.random` key.
 
-`generate_data(key, params, d, n)` draws tokens `x (n, L, d)` with rows
-`x_l ~ N(0, sigma_l^2 I_d)`, teacher weights `Q* (d, t)` with iid `N(0, 1)`
-entries, positional encodings `p = C u (L, d)` with orthonormal `u (K, d)`
-(the paper's `u = 1_d / sqrt(d)` for `K = 1`) and labels
-`y = T(x Q* / sqrt(d)) x (n, L, d)`. Pure and jittable (`d`, `n` static).
+`generate_data(key, params, d, n, dtype=float32)` draws tokens `x (n, L, d)`
+with rows `x_l ~ N(0, sigma_l^2 I_d)`, teacher weights `Q* (d, t)` with iid
+`N(0, 1)` entries, positional encodings `p = C u (L, d)` with orthonormal
+`u (K, d)` (the paper's `u = 1_d / sqrt(d)` for `K = 1`) and labels
+`y = T(x Q* / sqrt(d)) x (n, L, d)`. It is the one function that draws data:
+the training sweeps call it with the data key of `run_keys(seed)`, so
+`generate_data(run_keys(seed)["data"], params, d, n)` is exactly the data set
+of seed `seed` in `phasejax.empirics.train_students` (its first `n` samples).
 
-Sample `mu` is drawn from `fold_in(key_x, mu)`, so the first `n` samples of a
-data set do not depend on how many are drawn: a data set padded to `n_max`
-samples and masked down to `n` is exactly the unpadded one (what the vmapped
-sweeps over `alpha` rely on).
+Keys: `key` is split into `(k_x, k_q)` (tokens, teacher); sample `mu` is
+drawn from `fold_in(k_x, mu)`, so the first `n` samples of a data set do not
+depend on how many are drawn: a data set padded to `n_max` samples and masked
+down to `n` is exactly the unpadded one (what the vmapped sweeps over `alpha`
+rely on).
+
+Precision: arrays are created in `dtype` (default float32, the right choice
+on accelerators). Random numbers are always drawn in float32 and cast
+(`standard_normal`), so a float64 data set is the float32 one of the same key,
+exactly. With `dtype=jnp.float64` the function runs inside
+`phasejax.precision.dtype_scope(dtype)`; keep computing on the result inside
+`phasejax.float64_scope()` to stay in float64 (outside a float64 scope JAX
+computes in float32).
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.theory.params import TiedAttentionParams, validate_params
 
 Array = jax.Array
@@ -43,60 +56,119 @@ class TiedAttentionData:
         return self.x.shape[-1]
 
 
-def positional_directions(d: int, K: int, dtype=jnp.float64) -> Array:
-    """Orthonormal `u (K, d)`: `u_1 = 1_d / sqrt(d)` (the paper's), then alternating-sign and cosine patterns."""
-    if K < 1 or K > d:
-        raise ValueError(f"need 1 <= K <= d, got K={K}, d={d}")
-    i = jnp.arange(d, dtype=dtype)
-    cols = [jnp.ones(d, dtype)] + [jnp.cos(jnp.pi * k * (i + 0.5) / d) for k in range(1, K)]
-    basis, _ = jnp.linalg.qr(jnp.stack(cols, axis=1))
-    u = basis.T * jnp.sign(basis[0])[:, None]   # first direction +1_d/sqrt(d)
-    return u.astype(dtype)
+def check_positive_int(value, name: str) -> int:
+    """`int(value)` if `value` is an integer >= 1 (not a bool, not 2.5), else `ValueError` naming `name`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise ValueError(f"{name} must be a positive integer, got {name}={value!r}")
+    if not np.isfinite(value) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {name}={value!r}")
+    return int(value)
+
+
+def cast_params(params: TiedAttentionParams, dtype) -> TiedAttentionParams:
+    """`params` with every array field (`alpha, omega, lam, sigma, A, C`) in `dtype` (static fields kept).
+
+    The theory builds float64 parameters; empirics computing in float32 cast
+    them once here instead of mixing precisions.
+    """
+    dtype = check_float_dtype(dtype)
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a).astype(dtype), params)
+
+
+def run_keys(seed) -> dict[str, Array]:
+    """The keys of training run `seed` (int, may be traced): `data`, `test`, `init`.
+
+    `data` goes to `generate_data` (tokens and teacher), `test` draws the fresh
+    test tokens, `init` the random init. The same seed gives the same data
+    set in every function of `phasejax.empirics`.
+    """
+    k_data, k_test, k_init = jax.random.split(jax.random.PRNGKey(seed), 3)
+    return dict(data=k_data, test=k_test, init=k_init)
+
+
+def positional_directions(d: int, K: int, dtype=jnp.float32) -> Array:
+    """Orthonormal `u (K, d)`: `u_1 = 1_d / sqrt(d)` (the paper's), then cosine patterns, orthonormalised.
+
+    Built in numpy float64 (exact to rounding) and returned in `dtype`.
+    """
+    d = check_positive_int(d, "d")
+    K = check_positive_int(K, "K")
+    if K > d:
+        raise ValueError(f"K (positional directions) must be <= d, got K={K}, d={d}")
+    i = np.arange(d, dtype=np.float64)
+    cols = [np.ones(d)] + [np.cos(np.pi * k * (i + 0.5) / d) for k in range(1, K)]
+    basis, _ = np.linalg.qr(np.stack(cols, axis=1))
+    u = basis.T * np.sign(basis[0])[:, None]   # first direction +1_d/sqrt(d)
+    return jnp.asarray(u, check_float_dtype(dtype))
 
 
 def sample_count(alpha: float, d: int) -> int:
     """`n = round(alpha d)`; raises `ValueError` when it is below 1 (`alpha d < 1`)."""
-    a = float(alpha)
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be a finite number > 0, got alpha={alpha!r}") from None
     if not np.isfinite(a) or a <= 0:
         raise ValueError(f"alpha must be finite and > 0, got alpha={alpha}")
+    d = check_positive_int(d, "d")
     n = int(round(a * d))
     if a * d < 1 or n < 1:
         raise ValueError(f"alpha * d must be >= 1 (at least one sample), got alpha={alpha}, d={d}")
     return n
 
 
-def sample_tokens(key: Array, sigma: Array, d: int, n: int) -> Array:
-    """Tokens `x (n, L, d)`, `x_l ~ N(0, sigma_l^2 I_d)`; sample `mu` from `fold_in(key, mu)` (prefix-stable)."""
-    z = jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), (sigma.shape[-1], d), jnp.float64))(
+def standard_normal(key: Array, shape: tuple, dtype=jnp.float32) -> Array:
+    """iid `N(0, 1)` entries drawn in float32 and returned in `dtype`.
+
+    JAX draws different numbers for different dtypes from one key; drawing in
+    float32 always makes a float64 run see exactly the (rounded) data of the
+    float32 run with the same seed, so the two precisions can be compared run
+    by run.
+    """
+    return jax.random.normal(key, shape, jnp.float32).astype(check_float_dtype(dtype))
+
+
+def sample_tokens(key: Array, sigma: Array, d: int, n: int, dtype=jnp.float32) -> Array:
+    """Tokens `x (n, L, d)`, `x_l ~ N(0, sigma_l^2 I_d)` in `dtype`; sample `mu` from `fold_in(key, mu)` (prefix-stable)."""
+    sigma = jnp.asarray(sigma).astype(dtype)
+    z = jax.vmap(lambda i: standard_normal(jax.random.fold_in(key, i), (sigma.shape[-1], d), dtype))(
         jnp.arange(n))
     return sigma[None, :, None] * z
 
 
 def teacher_labels(x: Array, Qstar: Array, params: TiedAttentionParams) -> Array:
-    """`y = T(x Q* / sqrt(d)) x`, shape `(n, L, d)` for `x (n, L, d)`, `Q* (d, t)` (spec section 1)."""
-    hstar = jnp.einsum("nld,dt->nlt", x, Qstar) / jnp.sqrt(x.shape[-1])
+    """`y = T(x Q* / sqrt(d)) x`, shape `(n, L, d)` for `x (n, L, d)`, `Q* (d, t)` (theory notes, section 1)."""
+    hstar = jnp.einsum("nld,dt->nlt", x, Qstar) / jnp.sqrt(jnp.asarray(x.shape[-1], x.dtype))
     T = jax.vmap(lambda h: params.target(h, params))(hstar)
     return jnp.einsum("nij,njd->nid", T, x)
 
 
-def generate_data(key: Array, params: TiedAttentionParams, d: int, n: int) -> TiedAttentionData:
-    """Draw a data set of `n` sequences in dimension `d` (spec section 1).
+def generate_data(key: Array, params: TiedAttentionParams, d: int, n: int, *,
+                  dtype=jnp.float32) -> TiedAttentionData:
+    """Draw a data set of `n` sequences in dimension `d` (theory notes, section 1), arrays in `dtype`.
 
-    `params.alpha` is ignored (use `n = alpha d`); `omega`, `sigma`, `A`, `C`,
-    `t` and the target come from `params`.
+    `params.alpha` is ignored (use `n = alpha d`, `sample_count`); `omega`,
+    `sigma`, `A`, `C`, `t` and the target come from `params`. Pure and
+    jittable (`d`, `n`, `dtype` static); `omega` may be traced.
+
+    Example:
+      >>> import jax
+      >>> from phasejax.theory import make_params
+      >>> data = generate_data(jax.random.PRNGKey(0), make_params(1.0, 0.3), d=50, n=20)
+      >>> data.x.shape, data.x.dtype
+      ((20, 2, 50), dtype('float32'))
     """
-    if int(d) != d or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d}")
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be a positive integer (n = alpha d >= 1), got {n}")
-    validate_params(params.replace(alpha=jnp.asarray(1.0)))
-    L, t = params.L, params.t
-    del L
-    k_x, k_q = jax.random.split(key)
-    x = sample_tokens(k_x, params.sigma, d, n)
-    Qstar = jax.random.normal(k_q, (d, t), jnp.float64)
-    u = positional_directions(d, params.K)
-    return TiedAttentionData(x=x, y=teacher_labels(x, Qstar, params), p=params.C @ u, u=u, Qstar=Qstar)
+    d = check_positive_int(d, "d")
+    n = check_positive_int(n, "n")
+    dtype = check_float_dtype(dtype)
+    validate_params(params.replace(alpha=jnp.ones_like(params.alpha)))
+    with dtype_scope(dtype):
+        params = cast_params(params, dtype)
+        k_x, k_q = jax.random.split(key)
+        x = sample_tokens(k_x, params.sigma, d, n, dtype)
+        Qstar = standard_normal(k_q, (d, params.t), dtype)
+        u = positional_directions(d, params.K, dtype)
+        return TiedAttentionData(x=x, y=teacher_labels(x, Qstar, params), p=params.C @ u, u=u, Qstar=Qstar)
 
 
 def check_data(data: TiedAttentionData, params: TiedAttentionParams | None = None) -> TiedAttentionData:
@@ -127,7 +199,7 @@ def check_data(data: TiedAttentionData, params: TiedAttentionParams | None = Non
 def overlaps(Q: Array, u: Array, Qstar: Array) -> dict[str, Array]:
     """Overlaps of a student `Q (d, r)`: `q0 = Q^T Q / d`, `m = u Q / sqrt(d) (K, r)`, `theta0 = Q*^T Q / d`."""
     d = Q.shape[0]
-    return dict(q0=Q.T @ Q / d, m=u @ Q / jnp.sqrt(d), theta0=Qstar.T @ Q / d)
+    return dict(q0=Q.T @ Q / d, m=u @ Q / jnp.sqrt(jnp.asarray(d, Q.dtype)), theta0=Qstar.T @ Q / d)
 
 
 def overlaps_of(Q: Array, data: TiedAttentionData) -> dict[str, Array]:

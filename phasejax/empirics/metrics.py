@@ -1,6 +1,6 @@
 """Metrics of a trained student: overlaps, fresh-sample test error and the test error its overlaps predict.
 
-`test_error_from_overlaps` is spec section 5 evaluated at a student's
+`test_error_from_overlaps` is theory notes section 5 evaluated at a student's
 finite-`d` overlaps `(q0, m, theta0)` and the teacher's actual norm
 `rho0 = Q*^T Q* / d`: for fresh tokens the fields `h = (x + p) Q / sqrt(d)` and
 `h* = x Q* / sqrt(d)` are exactly jointly Gaussian with those second moments,
@@ -10,24 +10,63 @@ so the estimator is exact up to the `O(1/d)` concentration of `x_l . x_k / d`
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from phasejax.empirics.data import cast_params
+from phasejax.precision import check_float_dtype, float64_scope
+from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams
-from phasejax.theory.quadrature import Quadrature
-from phasejax.theory.state_evolution import Overlaps, test_error
+from phasejax.theory.quadrature import Quadrature, gauss_hermite
+from phasejax.theory.updates import test_error
 
 Array = jax.Array
 
 
+def quadrature_in(quadrature: Quadrature, dtype) -> Quadrature:
+    """`quadrature` with points and weights in `dtype` (concrete rules only; rounded once, in numpy)."""
+    dtype = check_float_dtype(dtype)
+    return Quadrature(points=jnp.asarray(np.asarray(quadrature.points), dtype),
+                      weights=jnp.asarray(np.asarray(quadrature.weights), dtype))
+
+
+@functools.lru_cache(maxsize=32)
+def _gauss_hermite_numpy(dim: int, order: int) -> tuple[np.ndarray, np.ndarray]:
+    with float64_scope(), jax.ensure_compile_time_eval():
+        rule = gauss_hermite(dim, order)
+        return np.asarray(rule.points), np.asarray(rule.weights)
+
+
+def gauss_hermite_rule(dim: int, order: int, dtype=jnp.float32) -> Quadrature:
+    """`phasejax.theory.gauss_hermite(dim, order)` built in float64 and returned in `dtype`.
+
+    A compile-time constant: safe to call inside `jit`/`vmap` traced in float32.
+    """
+    points, weights = _gauss_hermite_numpy(int(dim), int(order))
+    dtype = check_float_dtype(dtype)
+    return Quadrature(points=jnp.asarray(points, dtype), weights=jnp.asarray(weights, dtype))
+
+
 def test_error_from_overlaps(q0: Array, m: Array, theta0: Array, params: TiedAttentionParams,
                              quadrature: Quadrature, rho0: Array | None = None) -> Array:
-    """`eps_g` of a student with overlaps `q0 (r, r)`, `m (K, r)`, `theta0 (t, r)` (spec section 5).
+    """`eps_g` of a student with overlaps `q0 (r, r)`, `m (K, r)`, `theta0 (t, r)` (theory notes, section 5).
 
-    `rho0 (t, t)` is the teacher's `Q*^T Q* / d` (default `I_t`, the `d -> inf` value); see
-    `phasejax.theory.state_evolution.test_error`.
+    Computes in the dtype of `q0` (float32 overlaps give a float32 error; the
+    parameters, the rule and `rho0` are cast to it), so it can be traced
+    inside a float32 training sweep. `rho0 (t, t)` is the teacher's
+    `Q*^T Q* / d` (default `I_t`, the `d -> inf` value); see
+    `phasejax.theory.updates.test_error`.
     """
-    ov = Overlaps(q0=q0, m=m, V0=jnp.eye(params.r, dtype=q0.dtype), theta0=theta0)
+    q0 = jnp.asarray(q0)
+    dtype = q0.dtype if jnp.issubdtype(q0.dtype, jnp.floating) else jnp.float32
+    params = cast_params(params, dtype)
+    quadrature = jax.tree_util.tree_map(lambda a: jnp.asarray(a).astype(dtype), quadrature)
+    ov = Overlaps(q0=q0.astype(dtype), m=jnp.asarray(m).astype(dtype), V0=jnp.eye(params.r, dtype=dtype),
+                  theta0=jnp.asarray(theta0).astype(dtype))
+    rho0 = None if rho0 is None else jnp.asarray(rho0).astype(dtype)
     return test_error(ov, params, quadrature, rho0)
 
 
@@ -35,7 +74,7 @@ test_error_from_overlaps.__test__ = False  # not a pytest test
 
 
 def fresh_test_error(model_fn, x: Array, y: Array, p: Array) -> Array:
-    """`1/(d L n) sum ||y - f(x)||^2` over a fresh test set `x, y (n, L, d)` (spec section 1)."""
+    """`1/(d L n) sum ||y - f(x)||^2` over a fresh test set `x, y (n, L, d)` (theory notes, section 1)."""
     pred = model_fn(x, p)
     return jnp.mean((y - pred) ** 2)
 

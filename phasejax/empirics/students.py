@@ -1,4 +1,4 @@
-"""Attention students of spec section 1 as `flax.nnx` modules, and their informed inits.
+"""Attention students of theory notes section 1 as `flax.nnx` modules, and their informed inits.
 
 Every student maps tokens `x (..., L, d)` and positional encodings `p (L, d)`
 to predictions `(..., L, d)`:
@@ -10,7 +10,7 @@ to predictions `(..., L, d)`:
   the low-rank trainable `V(z) = z (I_d + W_a W_b^T / d)`, `W_a, W_b (d, k)`
   (`W_b` starts at 0, so the value map starts at the identity).
 * `LinearPositional`: the dense positional baseline `f_B(x) = B x`, `B (L, L)`
-  (spec section 6; it ignores `p`).
+  (theory notes section 6; it ignores `p`).
 
 The modules are thin: training (`phasejax.empirics.training`) splits them
 with `nnx.split` into a static graph and a pytree of `nnx.Param`s and works on
@@ -25,6 +25,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from phasejax.theory.params import dot_product_attention
@@ -42,7 +43,7 @@ def _fields(x: Array, p: Array, W: Array) -> tuple[Array, Array]:
 
 
 class TiedAttention(nnx.Module):
-    """Tied low-rank dot-product attention `S((x + p) Q / sqrt(d)) (x + p)` (spec section 1).
+    """Tied low-rank dot-product attention `S((x + p) Q / sqrt(d)) (x + p)` (theory notes, section 1).
 
     Args:
       Q0: `(d, r)` initial weights (see `positional_init`, `semantic_init`, `random_init`).
@@ -101,7 +102,7 @@ class UntiedAttention(nnx.Module):
 
 
 class LinearPositional(nnx.Module):
-    """Dense positional baseline `f_B(x) = B x`, `B (L, L)` (spec section 6)."""
+    """Dense positional baseline `f_B(x) = B x`, `B (L, L)` (theory notes, section 6)."""
 
     def __init__(self, B0: Array):
         self.B = nnx.Param(jnp.asarray(B0))
@@ -120,7 +121,7 @@ def positional_init(u: Array, r: int, m0: float = 0.5) -> Array:
     """`Q (d, r)` along the positional directions: column `j` is `m0 sqrt(d) u_{j mod K}` (so `m = m0`)."""
     d = u.shape[1]
     cols = [u[j % u.shape[0]] for j in range(r)]
-    return m0 * jnp.sqrt(d) * jnp.stack(cols, axis=1)
+    return (m0 * np.sqrt(d)) * jnp.stack(cols, axis=1)
 
 
 def semantic_init(Qstar: Array, r: int) -> Array:
@@ -131,9 +132,9 @@ def semantic_init(Qstar: Array, r: int) -> Array:
     return jnp.concatenate([Qstar, jnp.zeros((d, r - t), Qstar.dtype)], axis=1)
 
 
-def random_init(key: Array, d: int, r: int, scale: float = 0.1, dtype=jnp.float64) -> Array:
-    """Small random `Q (d, r)` with iid `N(0, scale^2)` entries (`q0 ~ scale^2`, `m, theta0 ~ scale / sqrt(d)`)."""
-    return scale * jax.random.normal(key, (d, r), dtype)
+def random_init(key: Array, d: int, r: int, scale: float = 0.1, dtype=jnp.float32) -> Array:
+    """Small random `Q (d, r)` with iid `N(0, scale^2)` entries (drawn in float32, cast to `dtype`; `q0 ~ scale^2`, `m, theta0 ~ scale / sqrt(d)`)."""
+    return scale * jax.random.normal(key, (d, r), jnp.float32).astype(dtype)
 
 
 def init_weights(code: Array, key: Array, u: Array, Qstar: Array, r: int, *, m0: float = 0.5,

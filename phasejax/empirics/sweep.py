@@ -1,16 +1,22 @@
 """Empirical sweeps: train students over `(omega, alpha, init, seed)` in one compiled, vmapped call.
 
 `train_students(grid, params, ...)` builds the task table of a `TrainingGrid`
-and runs it through `phasejax.phase.run_chunked`: each chunk is one jitted
+and runs it through `phasejax.sweep.run_chunked`: each chunk is one jitted
 `vmap` of `train_run` (data generation, init, Optax training, metrics),
 sharded over the local devices, written atomically and resumed after a kill.
 Different `alpha` means different `n`: every run draws `n_max = round(max alpha d)`
-samples and masks the ones beyond its own `n = round(alpha d)`; sample `mu`
-is drawn from its own key, so the masked run is exactly the unpadded one.
+samples with `generate_data` and masks the ones beyond its own
+`n = round(alpha d)`; sample `mu` is drawn from its own key, so the masked run
+is exactly the unpadded one.
 
 Per run the data depend only on `(seed, omega)` (tokens and teacher only on
-`seed`): the inits of one seed see the same data set, and a larger `alpha`
-adds samples to a smaller one's.
+`seed`, through `run_keys(seed)["data"]`): the inits of one seed see the same
+data set, a larger `alpha` adds samples to a smaller one's, and
+`generate_data(run_keys(seed)["data"], params, d, n)` reproduces a run's data.
+
+Results come back as `TrainingRuns` (`write(out_dir)`, `TrainingRuns.load(out_dir)`,
+`TrainingRuns.from_csv(path)`). Everything computes in `dtype` (float32 by
+default; `jnp.float64` runs the sweep inside `phasejax.precision.dtype_scope`).
 """
 
 from __future__ import annotations
@@ -24,12 +30,29 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from phasejax.empirics.data import overlaps, positional_directions, sample_count, sample_tokens, teacher_labels
-from phasejax.empirics.metrics import SOLUTIONS, classify_solution, fresh_test_error, test_error_from_overlaps
+from phasejax.empirics.data import (
+    cast_params,
+    check_positive_int,
+    generate_data,
+    overlaps,
+    run_keys,
+    sample_count,
+    sample_tokens,
+    teacher_labels,
+)
+from phasejax.empirics.metrics import (
+    SOLUTIONS,
+    classify_solution,
+    fresh_test_error,
+    gauss_hermite_rule,
+    test_error_from_overlaps,
+)
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
-from phasejax.phase.diagram import _fmt, _write_csv
-from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
+from phasejax.solvers import status_code, status_names
+from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
@@ -39,17 +62,28 @@ RUN_COLUMNS = ("alpha", "omega", "seed", "init", "d", "m", "theta", "q", "train_
                "test_error_theory", "n", "grad_norm", "steps", "status", "converged", "cos_m", "cos_theta",
                "solution")
 """Columns of `runs.csv`: `m, theta, q` per token (`m = u_1^T Q / sqrt(d)`, `theta = sigma_1^2 theta0`,
-`q = sigma_1^2 q0`, first entries for `r, t > 1`) as in `scripts/solve_se.py`; `train_loss = R / d`;
-`test_error` on fresh samples, `test_error_theory` from the overlaps (spec section 5; linear student:
-spec section 6); `solution` by `classify_solution` (`SOLUTIONS` names); `status` of `minimize`."""
+`q = sigma_1^2 q0`, first entries for `r, t > 1`) as in `phasejax solve`; `train_loss = R / d`;
+`test_error` on fresh samples, `test_error_theory` from the overlaps (theory notes, section 5; linear
+student: the `d -> inf` baseline of section 6); `solution` by `classify_solution` (`SOLUTIONS` names);
+`status` of `minimize` (a `phasejax.solvers.Status` name in the CSV)."""
+
+_NAMED = {"init": INITS, "solution": SOLUTIONS}
+
+
+def _round12(values) -> tuple[float, ...]:
+    return tuple(float(f"{float(x):.12g}") for x in values)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingGrid:
     """A grid of training runs: `alphas`, `omegas`, `seeds`, `inits` (names in `INITS`) at dimension `d`.
 
-    Validated on construction (`ValueError` naming the field). `tasks()` is the
-    flat table in order `(omega, alpha, init, seed)`.
+    Validated on construction (`ValueError` naming the field): seeds must be
+    integers >= 0 (`1.5` is refused, not truncated), `inits` a name or names
+    from `INITS` (`inits="semantic"` is the one init), `d` a positive integer.
+    Values are rounded to 12 significant digits, so `np.arange` grids
+    (`0.6000000000000001`) and literals (`0.6`) are the same grid.
+    `tasks()` is the flat table in order `(omega, alpha, init, seed)`.
     """
 
     alphas: tuple[float, ...]
@@ -59,88 +93,108 @@ class TrainingGrid:
     d: int = 1000
 
     def __post_init__(self):
-        object.__setattr__(self, "alphas", tuple(float(a) for a in np.atleast_1d(self.alphas)))
-        object.__setattr__(self, "omegas", tuple(float(w) for w in np.atleast_1d(self.omegas)))
-        object.__setattr__(self, "seeds", tuple(int(s) for s in np.atleast_1d(self.seeds)))
-        object.__setattr__(self, "inits", tuple(self.inits))
-        if int(self.d) != self.d or self.d < 1:
-            raise ValueError(f"d must be a positive integer, got d={self.d}")
-        if not self.alphas or not self.omegas or not self.seeds or not self.inits:
-            raise ValueError("alphas, omegas, seeds and inits must each hold at least one value")
+        for name in ("alphas", "omegas"):
+            try:
+                v = np.atleast_1d(np.asarray(getattr(self, name), dtype=float))
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be a sequence of numbers, got {getattr(self, name)!r}") from None
+            if v.ndim != 1 or v.size == 0:
+                raise ValueError(f"{name} must be a non-empty 1-d sequence of numbers, got {getattr(self, name)!r}")
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"{name} must be finite, got {v.tolist()}")
+            object.__setattr__(self, name, _round12(v))
+        seeds = np.atleast_1d(np.asarray(self.seeds, dtype=object))
+        if seeds.ndim != 1 or seeds.size == 0:
+            raise ValueError(f"seeds must be a non-empty sequence of integers >= 0, got {self.seeds!r}")
+        for s in seeds:
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer, float, np.floating)) \
+                    or not np.isfinite(s) or int(s) != s or s < 0:
+                raise ValueError(f"seeds must be integers >= 0, got {s!r} in seeds={self.seeds!r}")
+        object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
+        inits = (self.inits,) if isinstance(self.inits, str) else tuple(self.inits)
+        bad = [i for i in inits if i not in INITS]
+        if bad or not inits:
+            raise ValueError(f"inits must be names from {INITS} (a name or a sequence of names), got {self.inits!r}")
+        object.__setattr__(self, "inits", inits)
+        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
         for a in self.alphas:
             sample_count(a, self.d)   # alpha > 0 and alpha d >= 1
         w = np.asarray(self.omegas)
-        if not np.all(np.isfinite(w)) or np.any((w < 0) | (w > 1)):
-            raise ValueError(f"omega values must lie in [0, 1], got {self.omegas}")
-        if any(s < 0 for s in self.seeds):
-            raise ValueError(f"seeds must be >= 0, got {self.seeds}")
-        bad = [i for i in self.inits if i not in INITS]
-        if bad:
-            raise ValueError(f"inits must be among {INITS}, got {bad}")
+        if np.any((w < 0) | (w > 1)):
+            raise ValueError(f"omega values must lie in [0, 1], got omegas={self.omegas}")
 
     @property
     def n_max(self) -> int:
         return max(sample_count(a, self.d) for a in self.alphas)
 
     def tasks(self) -> dict[str, np.ndarray]:
+        """Columns `omega, alpha, init (code), seed, n = round(alpha d)` (exact, computed in float64)."""
         codes = [INITS.index(i) for i in self.inits]
         w, a, i, s = np.meshgrid(self.omegas, self.alphas, codes, self.seeds, indexing="ij")
+        n = np.asarray([sample_count(x, self.d) for x in a.ravel()], np.int32)
         return dict(omega=w.ravel(), alpha=a.ravel(), init=i.ravel().astype(np.int32),
-                    seed=s.ravel().astype(np.int64))
+                    seed=s.ravel().astype(np.int64), n=n)
+
+    def to_json(self) -> dict:
+        return dict(alphas=list(self.alphas), omegas=list(self.omegas), seeds=list(self.seeds),
+                    inits=list(self.inits), d=self.d)
 
 
 def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, n_max: int,
               student: str = "tied", config: TrainConfig = TrainConfig(), n_test: int = 1000,
-              quadrature_order: int = 8, value_rank: int = 0) -> dict[str, jax.Array]:
+              quadrature_order: int = 8, value_rank: int = 0, n=None, dtype=jnp.float32) -> dict[str, jax.Array]:
     """One run: draw data, init, train, measure. Pure in the array arguments (vmap over them).
 
     Args:
       seed: `()` int; alpha, omega: `()`; init: `()` int code into `INITS`.
       params: the problem (its `alpha`, `omega` are replaced by the arguments).
       d, n_max: dimension and padded sample count (static); the run uses the
-        first `round(alpha d)` samples.
+        first `n` samples of `generate_data(run_keys(seed)["data"], params, d, n_max)`.
+      n: `()` int sample count (default `round(alpha d)` computed in `dtype`;
+        the sweeps pass the exact count).
       quadrature_order: Gauss-Hermite nodes per dimension of `test_error_theory`
-        (`L (r + t)` dimensions; twice as many over the `L t` of the linear baseline).
-    Returns: scalar metrics, keys `RUN_COLUMNS` minus the task columns.
+        (`L (r + t)` dimensions).
+      dtype: float dtype of the data, the weights and every metric (static).
+    Returns: scalar metrics, keys `RUN_COLUMNS` minus the task columns. The
+      linear student's `test_error_theory` is NaN here (`train_students` fills
+      in the `d -> inf` baseline, a float64 theory quantity).
     """
-    p_ = params.replace(alpha=jnp.asarray(alpha, jnp.float64), omega=jnp.asarray(omega, jnp.float64))
-    k_teacher, k_x, k_test, k_init = jax.random.split(jax.random.PRNGKey(seed), 4)
-    Qstar = jax.random.normal(k_teacher, (d, params.t), jnp.float64)
-    u = positional_directions(d, params.K)
-    p = params.C @ u
-    x = sample_tokens(k_x, params.sigma, d, n_max)
-    y = teacher_labels(x, Qstar, p_)
-    n = jnp.round(alpha * d).astype(jnp.int32)
+    dtype = check_float_dtype(dtype)
+    p_ = cast_params(params, dtype)
+    p_ = p_.replace(alpha=jnp.asarray(alpha).astype(dtype), omega=jnp.asarray(omega).astype(dtype))
+    keys = run_keys(seed)
+    data = generate_data(keys["data"], p_, d, n_max, dtype=dtype)
+    x, y, p, u, Qstar = data.x, data.y, data.p, data.u, data.Qstar
+    n = jnp.round(jnp.asarray(alpha, dtype) * d).astype(jnp.int32) if n is None else jnp.asarray(n, jnp.int32)
     mask = jnp.arange(n_max) < n
 
-    Q0 = init_weights(init, k_init, u, Qstar, params.r)
-    graphdef, weights = nnx.split(make_student(student, Q0, L=params.L, value_rank=value_rank, key=k_init),
+    Q0 = init_weights(init, keys["init"], u, Qstar, params.r)
+    graphdef, weights = nnx.split(make_student(student, Q0, L=params.L, value_rank=value_rank, key=keys["init"]),
                                   nnx.Param)
     if student == "tied":   # same R through per-sample Gram matrices: one pass over the data per evaluation
         inputs = gram_inputs(x, y, p)
         risk = lambda w: gram_risk(w["Q"][...], inputs, p_, mask)  # noqa: E731
     else:
-        risk = lambda w: student_risk(graphdef, w, x, y, p, mask, params.lam)  # noqa: E731
+        risk = lambda w: student_risk(graphdef, w, x, y, p, mask, p_.lam)  # noqa: E731
     res = minimize(risk, weights, config)
     model = nnx.merge(graphdef, res.params)
 
-    x_test = sample_tokens(k_test, params.sigma, d, n_test)
+    x_test = sample_tokens(keys["test"], p_.sigma, d, n_test, dtype)
     test_error = fresh_test_error(model, x_test, teacher_labels(x_test, Qstar, p_), p)
 
     Q = query_weights(res.params)
-    s1 = params.sigma[0] ** 2
-    nan = jnp.asarray(jnp.nan, jnp.float64)
-    if Q is None:   # linear baseline: no overlaps; its theory is spec section 6
-        q = m = theta = cos_m = cos_theta = nan
-        theory = linear_baseline_error(p_, gauss_hermite(params.L * params.t, 2 * quadrature_order))
+    s1 = p_.sigma[0] ** 2
+    nan = jnp.asarray(jnp.nan, dtype)
+    if Q is None:   # linear baseline: no overlaps; its d -> inf theory (section 6) is filled in by train_students
+        q = m = theta = cos_m = cos_theta = theory = nan
     else:
         ov = overlaps(Q, u, Qstar)
         q0, m_, theta0 = ov["q0"], ov["m"], ov["theta0"]
         q, m, theta = s1 * q0[0, 0], m_[0, 0], s1 * theta0[0, 0]
-        norm = jnp.sqrt(jnp.maximum(q0[0, 0], 1e-300))
+        norm = jnp.sqrt(jnp.maximum(q0[0, 0], jnp.finfo(dtype).tiny))
         cos_m = jnp.abs(m_[0, 0]) / norm
-        cos_theta = jnp.abs(theta0[0, 0]) / (norm * jnp.linalg.norm(Qstar[:, 0]) / jnp.sqrt(d))
-        quadrature = gauss_hermite(params.L * (params.r + params.t), quadrature_order)
+        cos_theta = jnp.abs(theta0[0, 0]) / (norm * jnp.linalg.norm(Qstar[:, 0]) / np.sqrt(d))
+        quadrature = gauss_hermite_rule(params.L * (params.r + params.t), quadrature_order, dtype)
         theory = (test_error_from_overlaps(q0, m_, theta0, p_, quadrature, rho0=Qstar.T @ Qstar / d)
                   if student == "tied" else nan)
     return dict(n=n, m=m, theta=theta, q=q, train_loss=res.loss / d, test_error=test_error,
@@ -155,36 +209,117 @@ def make_run_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
 
 
 def make_training_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
-    """Pure batch function `{seed, alpha, omega, init} (C,) -> metrics (C,)` for `run_chunked`."""
+    """Pure batch function `{seed, alpha, omega, init, n} (C,) -> metrics (C,)` for `run_chunked`."""
     one = make_run_fn(grid, params, **kwargs)
 
     def fn(chunk):
-        return jax.vmap(one)(jnp.asarray(chunk["seed"]), jnp.asarray(chunk["alpha"]), jnp.asarray(chunk["omega"]),
-                             jnp.asarray(chunk["init"]))
+        return jax.vmap(lambda s, a, w, i, n: one(s, a, w, i, n=n))(
+            jnp.asarray(chunk["seed"]), jnp.asarray(chunk["alpha"]), jnp.asarray(chunk["omega"]),
+            jnp.asarray(chunk["init"]), jnp.asarray(chunk["n"]))
 
     return fn
 
 
+def problem_config(params: TiedAttentionParams) -> dict:
+    """The problem part of a run configuration: `sigma, lam, A, C, r, t` and the target and student
+    functions themselves (`target`, `student_fn`; fingerprinted by content through
+    `phasejax.sweep.callable_identity`)."""
+    return dict(sigma=np.asarray(params.sigma).tolist(), lam=float(np.asarray(params.lam)),
+                A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
+                target=params.target, student_fn=params.student)
+
+
+def training_config(grid: TrainingGrid, params: TiedAttentionParams, *, student: str, config: TrainConfig,
+                    n_test: int, quadrature_order: int, value_rank: int, dtype) -> dict:
+    """The complete configuration of a training sweep (the one builder; what `run_dir/config.json` records)."""
+    return dict(kind="train_students", grid=grid.to_json(), student=student, train=dataclasses.asdict(config),
+                n_test=int(n_test), quadrature_order=int(quadrature_order), value_rank=int(value_rank),
+                dtype=str(np.dtype(dtype)), data="generate_data(run_keys(seed)['data'], params, d, n_max)",
+                **problem_config(params))
+
+
 @dataclasses.dataclass
 class TrainingRuns:
-    """Outputs of `train_students`: the grid, the config and `runs` (columns `RUN_COLUMNS`, numpy, task order)."""
+    """Outputs of `train_students`: the grid, `runs` (columns `RUN_COLUMNS`, numpy, task order) and the config.
+
+    `write(out_dir)` writes `runs.csv` and `training.json` (grid and
+    configuration); `TrainingRuns.load(out_dir)` reads them back;
+    `TrainingRuns.from_csv(path)` rebuilds from a `runs.csv` alone (the grid
+    from its columns, no configuration).
+    """
 
     grid: TrainingGrid
     runs: dict[str, np.ndarray]
     config: dict
 
+    def write(self, out_dir: str) -> list[str]:
+        """Write `runs.csv` and `training.json` into `out_dir`; returns the paths."""
+        os.makedirs(out_dir, exist_ok=True)
+        return [write_runs_csv(self.runs, os.path.join(out_dir, "runs.csv")),
+                atomic_write_json(os.path.join(out_dir, "training.json"),
+                                  dict(grid=self.grid.to_json(), config=canonical_config(self.config)))]
+
     def write_csv(self, path: str) -> str:
-        """Write `runs.csv` (see `write_runs_csv`)."""
+        """Write `runs.csv` alone (see `write_runs_csv`)."""
         return write_runs_csv(self.runs, path)
+
+    @classmethod
+    def load(cls, out_dir: str) -> "TrainingRuns":
+        """Read `runs.csv` and `training.json` written by `write`."""
+        meta = read_json(os.path.join(out_dir, "training.json"))
+        return cls(grid=TrainingGrid(**meta["grid"]), runs=read_runs_csv(os.path.join(out_dir, "runs.csv")),
+                   config=meta["config"])
+
+    @classmethod
+    def from_csv(cls, path: str) -> "TrainingRuns":
+        """Rebuild from a `runs.csv` alone: the grid from the unique values of its columns, `config={}`."""
+        runs = read_runs_csv(path)
+        grid = TrainingGrid(alphas=tuple(np.unique(runs["alpha"])), omegas=tuple(np.unique(runs["omega"])),
+                            seeds=tuple(int(s) for s in np.unique(runs["seed"])),
+                            inits=tuple(INITS[c] for c in np.unique(runs["init"])), d=int(runs["d"][0]))
+        return cls(grid=grid, runs=runs, config={})
 
 
 def write_runs_csv(runs: dict[str, np.ndarray], path: str) -> str:
-    """Write runs (one row each, columns `RUN_COLUMNS`, names for `init` and `solution`) to CSV atomically."""
-    names = {"init": INITS, "solution": SOLUTIONS}
-    rows = [[names[k][int(runs[k][i])] if k in names else _fmt(runs[k][i]) for k in RUN_COLUMNS]
-            for i in range(len(runs["alpha"]))]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return _write_csv(path, RUN_COLUMNS, rows)
+    """Write runs (one row each, columns `RUN_COLUMNS`; names for `init`, `solution`, `status`) to CSV atomically."""
+    cols = {}
+    for k in RUN_COLUMNS:
+        v = np.asarray(runs[k])
+        if k in _NAMED:
+            v = np.asarray(_NAMED[k])[v.astype(int)]
+        elif k == "status":
+            v = status_names(v)
+        cols[k] = v
+    return write_csv(path, cols, RUN_COLUMNS)
+
+
+def read_runs_csv(path: str) -> dict[str, np.ndarray]:
+    """Inverse of `write_runs_csv`: codes for `init`, `solution`, `status`; `converged` boolean."""
+    raw = read_csv(path)
+    missing = [k for k in RUN_COLUMNS if k not in raw]
+    if missing:
+        raise ValueError(f"{path} is not a runs.csv: missing columns {missing}")
+    runs = {}
+    for k in RUN_COLUMNS:
+        v = raw[k]
+        if k in _NAMED:
+            v = np.asarray([_NAMED[k].index(str(s)) for s in v], np.int32)
+        elif k == "status":
+            v = np.asarray([status_code(str(s)) for s in v], np.int32)
+        elif k == "converged":
+            v = v.astype(bool)
+        runs[k] = v
+    return runs
+
+
+def _linear_baseline(params: TiedAttentionParams, omegas: np.ndarray, quadrature_order: int) -> np.ndarray:
+    """`eps_lin(omega)` (theory notes, section 6) in float64 for each entry of `omegas`."""
+    unique, inverse = np.unique(omegas, return_inverse=True)
+    with float64_scope():
+        rule = gauss_hermite(params.L * params.t, 2 * quadrature_order)
+        values = [float(linear_baseline_error(params.replace(omega=jnp.asarray(w, jnp.float64)), rule))
+                  for w in unique]
+    return np.asarray(values)[inverse]
 
 
 def train_students(
@@ -196,9 +331,10 @@ def train_students(
     n_test: int = 1000,
     quadrature_order: int = 8,
     value_rank: int = 0,
+    dtype=jnp.float32,
     options: RunOptions | None = None,
 ) -> TrainingRuns | None:
-    """Train every run of `grid`, vmapped and chunked; resumable when `run_dir` is given.
+    """Train every run of `grid`, vmapped and chunked; resumable when `options.run_dir` is given.
 
     Args:
       grid: the `TrainingGrid` (`alpha`, `omega`, seeds, inits, `d`).
@@ -208,8 +344,10 @@ def train_students(
       config: `TrainConfig` (optimizer, learning rate, step cap, gradient tolerance).
       n_test: fresh test sequences per run.
       quadrature_order: Gauss-Hermite nodes per dimension of the overlap-based test error.
+      value_rank: rank of the trainable value map of the untied student.
+      dtype: `jnp.float32` (default) or `jnp.float64` (the sweep then runs inside `dtype_scope`).
       options: `phasejax.sweep.RunOptions` (run directory for resume and multi-host,
-        chunk size: memory is about `chunk_size * 5 * n_max L d * 8` bytes, devices, progress).
+        chunk size: memory is about `chunk_size * 5 * n_max L d * itemsize` bytes, devices, progress).
     Returns:
       `TrainingRuns`, or `None` while chunks are missing (`max_chunks` or other hosts).
 
@@ -219,27 +357,32 @@ def train_students(
       >>> runs.runs["m"].shape
       (8,)
     """
+    if not isinstance(grid, TrainingGrid):
+        raise ValueError(f"grid must be a TrainingGrid, got {type(grid).__name__}")
     params = make_params(1.0, 0.0) if params is None else validate_params(params)
     if student not in STUDENTS:
         raise ValueError(f"student must be one of {STUDENTS}, got {student!r}")
-    if n_test < 1:
-        raise ValueError(f"n_test must be >= 1, got {n_test}")
-    if quadrature_order < 2:
-        raise ValueError(f"quadrature_order must be >= 2, got {quadrature_order}")
-    fn = make_training_fn(grid, params, student=student, config=config, n_test=n_test,
-                          quadrature_order=quadrature_order, value_rank=value_rank)
-    cfg = dict(kind="train_students", grid=dataclasses.asdict(grid), student=student,
-               train=dataclasses.asdict(config), n_test=n_test, quadrature_order=quadrature_order,
-               value_rank=value_rank, lam=float(params.lam), sigma=np.asarray(params.sigma).tolist(),
-               A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
-               target=getattr(params.target, "__name__", repr(params.target)),
-               student_fn=getattr(params.student, "__name__", repr(params.student)))
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    n_test = check_positive_int(n_test, "n_test")
+    if check_positive_int(quadrature_order, "quadrature_order") < 2:
+        raise ValueError(f"quadrature_order must be >= 2, got quadrature_order={quadrature_order}")
+    if isinstance(value_rank, bool) or int(value_rank) != value_rank or value_rank < 0:
+        raise ValueError(f"value_rank must be an integer >= 0, got value_rank={value_rank!r}")
+    dtype = check_float_dtype(dtype)
+    options = run_options(options)
+    kw = dict(student=student, config=config, n_test=n_test, quadrature_order=quadrature_order,
+              value_rank=int(value_rank))
+    cfg = training_config(grid, params, dtype=dtype, **kw)
     tasks = grid.tasks()
-    out = run_chunked(fn, tasks, cfg, run_options(options))
+    with dtype_scope(dtype):
+        out = run_chunked(make_training_fn(grid, params, dtype=dtype, **kw), tasks, cfg, options)
     if out is None:
         return None
-    out = dict(out)
-    out.update({k: v for k, v in tasks.items()})
-    out["d"] = np.full(len(tasks["alpha"]), grid.d)
-    return TrainingRuns(grid=grid, runs=out, config=cfg)
-
+    runs = {k: np.asarray(v) for k, v in out.items()}
+    runs.update({k: v for k, v in tasks.items()})
+    runs["d"] = np.full(len(tasks["alpha"]), grid.d)
+    runs["converged"] = runs["converged"].astype(bool)
+    if student == "linear":
+        runs["test_error_theory"] = _linear_baseline(params, tasks["omega"], quadrature_order)
+    return TrainingRuns(grid=grid, runs=runs, config=canonical_config(cfg))

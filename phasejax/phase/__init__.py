@@ -1,25 +1,31 @@
-"""Phase diagrams: grids, chunked resumable sharded sweeps, thresholds."""
+"""Phase diagrams: grids, fixed-point tracks along alpha, tables, thresholds with errors and spinodals."""
 
 from phasejax.phase.diagram import (
     PHASE_BRANCHES,
+    THRESHOLD_COLUMNS,
+    PhaseConfig,
     PhaseDiagram,
     PhaseGrid,
-    by_branch,
+    branch_table,
     derive_table,
-    make_chunk_fn,
+    diagram_config,
+    make_row_fn,
     phase_diagram,
+    points_table,
 )
-from phasejax.phase.thresholds import alpha_c, alpha_l, first_downcrossing
+from phasejax.phase.thresholds import (
+    alpha_c,
+    alpha_c_with_error,
+    alpha_l,
+    alpha_l_with_error,
+    crossing_status,
+    first_downcrossing,
+    first_upcrossing,
+    root_with_error,
+)
 
 __all__ = [
-    "PHASE_BRANCHES",
-    "PhaseDiagram",
-    "PhaseGrid",
-    "alpha_c",
-    "alpha_l",
-    "by_branch",
-    "derive_table",
-    "first_downcrossing",
-    "make_chunk_fn",
-    "phase_diagram",
+    "PHASE_BRANCHES", "PhaseConfig", "PhaseDiagram", "PhaseGrid", "THRESHOLD_COLUMNS", "alpha_c", "alpha_c_with_error",
+    "alpha_l", "alpha_l_with_error", "branch_table", "crossing_status", "derive_table", "diagram_config",
+    "first_downcrossing", "first_upcrossing", "make_row_fn", "phase_diagram", "points_table", "root_with_error",
 ]

@@ -1,25 +1,32 @@
-"""The positional-vs-semantic phase diagram of tied attention (issue 3; spec sections 4-6).
+"""The positional-vs-semantic phase diagram of tied attention (theory notes, sections 4-6).
 
-`phase_diagram` solves the state evolution on both branches (positional,
-semantic) at every `(alpha, omega)` of a grid, chunk by chunk (each chunk one
-compiled vmapped call, sharded over devices, written atomically, resumable),
-then derives per point the global minimum (lower training loss), `Delta e_t`,
-the linear baseline, and per `omega` the thresholds `alpha_c` and `alpha_l`.
+`phase_diagram(grid, params)` follows, for every `omega` of the grid and
+each subspace (positional: `theta0 = 0`; semantic: `m = 0`), several
+fixed-point tracks along the `alpha` grid by continuation (one track per
+census seed, `PhaseConfig.seeds`). Every fixed point carries its training
+loss, test error, stability and quadrature error bars. Per point and
+subspace the tracks are deduplicated and the lowest-`e_t` fixed point is the
+branch; the global minimum is the branch of lower `e_t`. Per `omega` it
+derives `alpha_c` (the branches' training losses cross), `alpha_l` (the
+global minimum's test error drops below the linear baseline's), both with
+error bars and a status saying whether they lie in, below or above the
+grid, and the spinodals where a branch loses stability out of its subspace.
 
-Example (a small grid; about a minute on a laptop CPU):
+A row `(omega, subspace)` is one task of `phasejax.sweep.run_chunked`
+(chunked, resumable, sharded over devices, multi-host). The work of a row
+is a `lax.scan` over `alpha` of Newton solves warm-started from the
+previous point, vmapped over tracks and rows.
+
+Example (a small grid, a minute or two on a laptop CPU):
   >>> from phasejax.phase import PhaseGrid, phase_diagram
-  >>> from phasejax.theory import make_params, gauss_hermite
-  >>> grid = PhaseGrid.from_ranges(alphas=[0.4, 0.6, 0.8, 1.0], omegas=[0.0])
-  >>> pd = phase_diagram(grid, make_params(1.0, 0.0), quadrature=gauss_hermite(4, 6),
-  ...                    run_dir="/tmp/pd_demo")          # doctest: +SKIP
-  >>> pd.thresholds["alpha_c"]                           # doctest: +SKIP
+  >>> from phasejax.theory import make_params
+  >>> pd = phase_diagram(PhaseGrid.from_ranges([0.5, 0.75, 1.0, 1.25, 1.5], [0.3]), make_params(1.0, 0.3))  # doctest: +SKIP
+  >>> pd.thresholds["alpha_c"], pd.thresholds["alpha_c_err"]                                              # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import os
 from typing import Mapping
 
@@ -27,36 +34,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import phasejax
-from phasejax.io import atomic_write_json, atomic_write_text
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.phase.thresholds import alpha_c_with_error, alpha_l_with_error, first_upcrossing
+from phasejax.precision import float64_scope
+from phasejax.solvers import STATUS_NAMES, status_code, status_names
 from phasejax.sweep import RunOptions, run_chunked, run_options
-from phasejax.phase.thresholds import alpha_c, alpha_l
-from phasejax.theory import (
-    SEConfig,
-    TiedAttentionParams,
-    branch_init,
-    gauss_hermite,
-    linear_baseline_error,
-    stack_inits,
-    validate_params,
-)
-from phasejax.theory.state_evolution import STATUS_NAMES, _solve, result_columns
+from phasejax.theory.census import CENSUS_SEEDS, census_seeds
+from phasejax.theory.baselines import linear_baseline_error
+from phasejax.theory.params import TiedAttentionParams, validate_params
+from phasejax.theory.results import result_columns
+from phasejax.theory.solver import SEConfig, resolve_scheme, solve_row_jit
 
 PHASE_BRANCHES = ("positional", "semantic")
 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseGrid:
-    """An `(alpha, omega)` grid: strictly increasing `alphas > 0`, `omegas` in [0, 1]."""
+    """An `(alpha, omega)` grid: strictly increasing `alphas > 0`, strictly increasing `omegas` in [0, 1].
+
+    Values are rounded to 12 significant digits, so grids built with
+    `np.arange` (`0.6000000000000001`) and with literals (`0.6`) are the same
+    grid (same files, same fingerprint).
+    """
 
     alphas: tuple
     omegas: tuple
 
     def __post_init__(self):
-        a = np.asarray(self.alphas, float)
-        w = np.asarray(self.omegas, float)
-        if a.ndim != 1 or a.size == 0 or w.ndim != 1 or w.size == 0:
-            raise ValueError("alphas and omegas must be non-empty 1-d sequences")
+        for name in ("alphas", "omegas"):
+            v = np.asarray(getattr(self, name), float)
+            if v.ndim != 1 or v.size == 0:
+                raise ValueError(f"{name} must be a non-empty 1-d sequence")
+            object.__setattr__(self, name, tuple(float(f"{x:.12g}") for x in v))
+        a, w = np.asarray(self.alphas), np.asarray(self.omegas)
         if not np.all(np.isfinite(a)) or np.any(a <= 0):
             raise ValueError(f"alpha values must be finite and > 0, got {a}")
         if not np.all(np.isfinite(w)) or np.any((w < 0) | (w > 1)):
@@ -68,45 +78,201 @@ class PhaseGrid:
 
     @classmethod
     def from_ranges(cls, alphas, omegas) -> "PhaseGrid":
-        return cls(tuple(float(x) for x in alphas), tuple(float(x) for x in omegas))
+        return cls(tuple(alphas), tuple(omegas))
 
     def tasks(self) -> dict[str, np.ndarray]:
-        """Flat task table, order `(omega, alpha, branch)`, branch code 0 positional / 1 semantic."""
-        w, a, b = np.meshgrid(self.omegas, self.alphas, np.arange(len(PHASE_BRANCHES)), indexing="ij")
-        return dict(omega=w.ravel(), alpha=a.ravel(), branch=b.ravel().astype(np.int32))
+        """Row table `(omega, subspace)`, subspace code 0 positional / 1 semantic."""
+        w, b = np.meshgrid(self.omegas, np.arange(len(PHASE_BRANCHES)), indexing="ij")
+        return dict(omega=w.ravel(), branch=b.ravel().astype(np.int32))
 
 
-def make_chunk_fn(params: TiedAttentionParams, quadrature, config: SEConfig):
-    """Pure batch function `{alpha, omega, branch} (C,) -> columns (C,)` for `run_chunked`."""
-    inits = stack_inits([branch_init(b, params) for b in PHASE_BRANCHES])
+@dataclasses.dataclass(frozen=True)
+class PhaseConfig:
+    """What a phase diagram computes besides the grid (all of it enters the run's fingerprint).
 
-    def one(alpha, omega, code):
-        p = params.replace(alpha=alpha, omega=omega)
-        init = jax.tree_util.tree_map(lambda x: x[code], inits)
-        return result_columns(_solve(p, init, quadrature, config), p)
+    Attributes:
+      seeds: per subspace, the per-token `(q, m, V, theta)` census seeds; each is followed along alpha
+        (default: the first two of `phasejax.theory.CENSUS_SEEDS` per subspace).
+      se: `SEConfig` of every solve.
+    """
 
-    def fn(chunk):
-        return jax.vmap(one)(jnp.asarray(chunk["alpha"]), jnp.asarray(chunk["omega"]), jnp.asarray(chunk["branch"]))
+    seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})
+    se: SEConfig = SEConfig()
+
+    def __post_init__(self):
+        seeds = {b: tuple(tuple(float(v) for v in s) for s in self.seeds.get(b, ())) for b in PHASE_BRANCHES}
+        sizes = {len(v) for v in seeds.values()}
+        if 0 in sizes or len(sizes) != 1:
+            raise ValueError(f"seeds must give the same positive number of seeds for {PHASE_BRANCHES}, got "
+                             f"{ {b: len(v) for b, v in seeds.items()} }")
+        object.__setattr__(self, "seeds", seeds)
+
+    @property
+    def n_tracks(self) -> int:
+        return len(self.seeds[PHASE_BRANCHES[0]])
+
+
+def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: PhaseConfig):
+    """Pure batch function `{omega, branch} (C,) -> columns (C, tracks, n_alpha)` for `run_chunked`."""
+    alphas = jnp.asarray(grid.alphas)
+    inits = [census_seeds(b, params, config.seeds[b]) for b in PHASE_BRANCHES]
+    inits = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *inits)        # (branch, track, ...)
+
+    def row(omega, code):
+        p = params.replace(omega=omega)
+        track_inits = jax.tree_util.tree_map(lambda x: x[code], inits)
+        # the semantic branch exists at large alpha and ends at small alpha (it collapses onto theta = 0): its
+        # rows run downwards from alpha_max, the positional ones upwards from alpha_min
+        down = code == PHASE_BRANCHES.index("semantic")
+        order = jnp.where(down, alphas[::-1], alphas)
+
+        def track(init):
+            res = solve_row_jit(p, order, init, scheme, config.se)
+            res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
+            return jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
+
+        return jax.vmap(track)(track_inits)
+
+    def fn(chunk):   # traced inside phase_diagram's float64 scope
+        return jax.vmap(row)(jnp.asarray(chunk["omega"]), jnp.asarray(chunk["branch"]))
 
     return fn
 
 
+# ----------------------------------------------------------------------------
+# Tables
+# ----------------------------------------------------------------------------
+
+
+def points_table(grid: PhaseGrid, rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Flatten row outputs `(n_rows, tracks, n_alpha)` to one row per fixed point found.
+
+    Order `(omega, branch, track, alpha)`; adds `omega, alpha, branch, track`, `distinct` (a converged
+    fixed point not equal to one of an earlier track at the same point) and `is_branch` (the lowest-`e_t`
+    distinct one of its subspace: the branch).
+    """
+    n_rows, T, A = np.asarray(rows["q"]).shape
+    cols = {k: np.asarray(v) for k, v in rows.items() if np.asarray(v).shape[:3] == (n_rows, T, A)}
+    omega = np.broadcast_to(np.asarray(rows["omega"])[:, None, None], (n_rows, T, A))
+    branch = np.broadcast_to(np.asarray(rows["branch"])[:, None, None], (n_rows, T, A))
+    track = np.broadcast_to(np.arange(T)[None, :, None], (n_rows, T, A))
+    alpha = np.broadcast_to(np.asarray(grid.alphas)[None, None, :], (n_rows, T, A))
+    # dedupe tracks per (row, alpha) on the overlaps; branch = lowest e_t among distinct converged
+    keys = sorted(k for k in cols if k.split("_")[0] in ("q0", "m0", "V0", "theta0") and k[-1].isdigit())
+    X = np.stack([cols[k] for k in keys], -1)                       # (rows, T, A, n)
+    ok = cols["converged"].astype(bool) & np.isfinite(cols["train_loss"])
+    distinct = np.zeros_like(ok)
+    is_branch = np.zeros_like(ok)
+    for i in range(n_rows):
+        for j in range(A):
+            seen = []
+            for t in range(T):
+                if not ok[i, t, j]:
+                    continue
+                x = X[i, t, j]
+                if any(np.all(np.abs(x - y) <= 1e-4 * np.maximum(1.0, np.maximum(np.abs(x), np.abs(y))))
+                       for y in seen):
+                    continue
+                seen.append(x)
+                distinct[i, t, j] = True
+            if distinct[i, :, j].any():
+                e = np.where(distinct[i, :, j], cols["train_loss"][i, :, j], np.inf)
+                is_branch[i, int(np.argmin(e)), j] = True
+    out = dict(omega=omega.ravel(), alpha=alpha.ravel(), branch=branch.ravel().astype(np.int32),
+               track=track.ravel().astype(np.int32), distinct=distinct.ravel(), is_branch=is_branch.ravel())
+    out.update({k: v.ravel() for k, v in cols.items()})
+    return out
+
+
+def branch_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+    """Column `key` of each subspace's branch, shape `(n_omega, n_alpha, 2)` (NaN where no fixed point converged)."""
+    nw, na = len(grid.omegas), len(grid.alphas)
+    out = np.full((nw, na, len(PHASE_BRANCHES)), np.nan)
+    w_index = {w: i for i, w in enumerate(grid.omegas)}
+    a_index = {a: j for j, a in enumerate(grid.alphas)}
+    sel = np.asarray(points["is_branch"]).astype(bool)
+    for w, a, b, v in zip(np.asarray(points["omega"])[sel], np.asarray(points["alpha"])[sel],
+                          np.asarray(points["branch"])[sel], np.asarray(points[key], float)[sel]):
+        out[w_index[float(w)], a_index[float(a)], int(b)] = v
+    return out
+
+
+def count_fixed_points(grid: PhaseGrid, points: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Number of distinct fixed points found per `(omega, alpha, subspace)`, shape `(n_omega, n_alpha, 2)`."""
+    nw, na = len(grid.omegas), len(grid.alphas)
+    out = np.zeros((nw, na, len(PHASE_BRANCHES)), int)
+    w_index = {w: i for i, w in enumerate(grid.omegas)}
+    a_index = {a: j for j, a in enumerate(grid.alphas)}
+    sel = np.asarray(points["distinct"]).astype(bool)
+    for w, a, b in zip(np.asarray(points["omega"])[sel], np.asarray(points["alpha"])[sel],
+                       np.asarray(points["branch"])[sel]):
+        out[w_index[float(w)], a_index[float(a)], int(b)] += 1
+    return out
+
+
+def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.ndarray) -> tuple[dict, dict]:
+    """Per-point global minimum and per-omega thresholds (with errors, statuses and spinodals)."""
+    get = lambda k: branch_table(grid, points, k)  # noqa: E731
+    e, e_err = get("train_loss"), get("train_loss_err")
+    err, err_err = get("test_error"), get("test_error_err")
+    gain, stab = get("subspace_gain"), get("stability")
+    found = np.isfinite(e)
+    delta = e[..., 1] - e[..., 0]
+    delta_err = np.sqrt(e_err[..., 0] ** 2 + e_err[..., 1] ** 2)
+    sem = found[..., 1] & (~found[..., 0] | (delta < 0))
+    glob = np.where(found[..., 0] | found[..., 1], np.where(sem, 1, 0), -1)
+    pick = lambda arr: np.where(glob == 1, arr[..., 1], np.where(glob == 0, arr[..., 0], np.nan))  # noqa: E731
+    na = len(grid.alphas)
+    table = dict(
+        e_positional=e[..., 0], e_positional_err=e_err[..., 0], e_semantic=e[..., 1], e_semantic_err=e_err[..., 1],
+        delta_e=delta, delta_e_err=delta_err,
+        err_positional=err[..., 0], err_positional_err=err_err[..., 0],
+        err_semantic=err[..., 1], err_semantic_err=err_err[..., 1],
+        global_branch=glob, global_test_error=pick(err), global_test_error_err=pick(err_err),
+        eps_lin=np.repeat(np.asarray(eps_lin)[:, None], na, 1),
+        gain_positional=gain[..., 0], gain_semantic=gain[..., 1],
+        stability_positional=stab[..., 0], stability_semantic=stab[..., 1],
+        n_fixed_points_positional=count_fixed_points(grid, points)[..., 0],
+        n_fixed_points_semantic=count_fixed_points(grid, points)[..., 1],
+    )
+    a = np.asarray(grid.alphas)
+    th = {k: [] for k in ("alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err", "alpha_l_status",
+                          "spinodal_positional", "spinodal_semantic")}
+    for i in range(len(grid.omegas)):
+        both = found[i, :, 0] & found[i, :, 1]
+        ac = alpha_c_with_error(a, e[i, :, 0], e[i, :, 1], delta_err[i], both)
+        al = alpha_l_with_error(a, err[i, :, 0], err[i, :, 1], e[i, :, 0], e[i, :, 1], eps_lin[i],
+                                err_err[i, :, 0], err_err[i, :, 1], both)
+        for name, (v, dv, status) in (("alpha_c", ac), ("alpha_l", al)):
+            th[name].append(v)
+            th[name + "_err"].append(dv)
+            th[name + "_status"].append(status)
+        # spinodals: where a branch's out-of-subspace gain first rises above 1 (loses stability out of it)
+        th["spinodal_positional"].append(first_upcrossing(a, gain[i, :, 0] - 1.0))
+        th["spinodal_semantic"].append(first_upcrossing(a, gain[i, :, 1] - 1.0))
+    thresholds = {k: np.asarray(v) for k, v in th.items()}
+    thresholds["omega"] = np.asarray(grid.omegas)
+    return table, thresholds
+
+
+THRESHOLD_COLUMNS = ("omega", "alpha_c", "alpha_l", "alpha_c_err", "alpha_l_err", "alpha_c_status", "alpha_l_status",
+                     "spinodal_positional", "spinodal_semantic")
+
+
 @dataclasses.dataclass
 class PhaseDiagram:
-    """Outputs of `phase_diagram`, as numpy arrays.
+    """A computed phase diagram (numpy arrays); `write(out_dir)` and `PhaseDiagram.load(out_dir)`.
 
     Attributes:
       grid: the `PhaseGrid`.
-      points: per task (order `(omega, alpha, branch)`): `omega, alpha, branch`
-        and every column of the SE result (order parameters, conjugates,
-        errors, losses, residual, iterations, status, converged, ...).
-      table: per `(omega, alpha)`, shape `(n_omega, n_alpha)`: `e_positional`,
-        `e_semantic`, `delta_e` (= e_sem - e_pos), `err_positional`,
-        `err_semantic`, `global_branch` (0/1), `global_test_error`, `eps_lin`,
-        `converged_positional`, `converged_semantic`, `collapsed` (the two
-        branches coincide).
-      thresholds: `omega, alpha_c, alpha_l` (NaN where absent in the grid).
-      config: the run's configuration (JSON-serialisable).
+      points: one row per fixed point found (order `(omega, branch, track, alpha)`): the task columns,
+        `distinct`, `is_branch` and every column of `phasejax.theory.result_columns`.
+      table: per `(omega, alpha)`, arrays `(n_omega, n_alpha)`: both branches' `e_t`, test errors, gains,
+        stabilities (with `_err` columns), `delta_e = e_sem - e_pos`, the global branch (0/1, -1: none),
+        its test error, `eps_lin`, the number of fixed points found per subspace.
+      thresholds: per `omega`: `alpha_c`, `alpha_l` with `_err` (95% half-widths) and `_status`
+        (`in_grid`, `below_grid`, `above_grid`, `undetermined`), and the spinodals.
+      config: the run's configuration (JSON).
     """
 
     grid: PhaseGrid
@@ -115,81 +281,100 @@ class PhaseDiagram:
     thresholds: dict
     config: dict
 
-    def write(self, run_dir: str) -> list[str]:
-        """Write `points.csv`, `diagram.csv`, `thresholds.csv`, `summary.json`; returns the paths."""
-        os.makedirs(run_dir, exist_ok=True)
-        paths = []
-        names = list(self.points)
-        rows = [[_fmt(self.points[k][i]) if k != "branch" else PHASE_BRANCHES[int(self.points[k][i])]
-                 for k in names] for i in range(len(self.points["alpha"]))]
-        paths.append(_write_csv(os.path.join(run_dir, "points.csv"), names, rows))
+    def write(self, out_dir: str) -> list[str]:
+        """Write `points.csv`, `diagram.csv`, `thresholds.csv`, `summary.json` (and `grid.json`); returns the paths."""
+        os.makedirs(out_dir, exist_ok=True)
+        pts = dict(self.points)
+        pts["branch"] = np.asarray(PHASE_BRANCHES)[np.asarray(pts["branch"], int)]
+        pts["status"] = status_names(pts["status"])
+        first = ["omega", "alpha", "branch", "track", "distinct", "is_branch"]
+        paths = [write_csv(os.path.join(out_dir, "points.csv"), pts, first + [k for k in pts if k not in first])]
         W, A = np.meshgrid(self.grid.omegas, self.grid.alphas, indexing="ij")
-        tnames = ["omega", "alpha"] + list(self.table)
-        cols = [W.ravel(), A.ravel()] + [np.asarray(self.table[k]).ravel() for k in self.table]
-        trows = [[_fmt(c[i]) if n != "global_branch" else PHASE_BRANCHES[int(c[i])] for n, c in zip(tnames, cols)]
-                 for i in range(W.size)]
-        paths.append(_write_csv(os.path.join(run_dir, "diagram.csv"), tnames, trows))
+        diag = dict(omega=W.ravel(), alpha=A.ravel())
+        for k, v in self.table.items():
+            v = np.asarray(v).ravel()
+            diag[k] = np.where(v >= 0, np.asarray(PHASE_BRANCHES + ("none",))[np.clip(v, -1, 1)], "none") \
+                if k == "global_branch" else v
+        paths.append(write_csv(os.path.join(out_dir, "diagram.csv"), diag))
+        paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), self.thresholds, THRESHOLD_COLUMNS))
+        from phasejax import __version__
+
         th = self.thresholds
-        hrows = [[_fmt(th["omega"][i]), _fmt_opt(th["alpha_c"][i]), _fmt_opt(th["alpha_l"][i])]
-                 for i in range(len(th["omega"]))]
-        paths.append(_write_csv(os.path.join(run_dir, "thresholds.csv"), ["omega", "alpha_c", "alpha_l"], hrows))
-        summary = dict(config=self.config, version=phasejax.__version__,
-                       thresholds={k: [None if not np.isfinite(v) else float(v) for v in th[k]] for k in th},
-                       n_unconverged=int(np.sum(~self.points["converged"].astype(bool))),
-                       status_names=STATUS_NAMES)
-        return paths + [atomic_write_json(os.path.join(run_dir, "summary.json"), summary)]
+        summary = dict(
+            config=self.config, version=__version__, status_names=STATUS_NAMES,
+            thresholds={k: [None if isinstance(v, float) and not np.isfinite(v) else
+                            (v if isinstance(v, str) else float(v)) for v in np.asarray(th[k]).tolist()]
+                        for k in THRESHOLD_COLUMNS},
+            n_fixed_points=int(np.sum(np.asarray(self.points["distinct"]).astype(bool))),
+            n_unconverged_branches=int(np.sum(np.asarray(self.table["global_branch"]) < 0)),
+            max_relative_error=dict(
+                q=_max_rel(self.points, "q"), m=_max_rel(self.points, "m"), V=_max_rel(self.points, "V"),
+                theta=_max_rel(self.points, "theta"), train_loss_abs=_max_abs(self.points, "train_loss_err")),
+        )
+        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), summary))
+        paths.append(atomic_write_json(os.path.join(out_dir, "grid.json"),
+                                       dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas))))
+        return paths
+
+    @classmethod
+    def load(cls, out_dir: str) -> "PhaseDiagram":
+        """Read a diagram written by `write` back (the tables are parsed from the CSV files)."""
+        g = read_json(os.path.join(out_dir, "grid.json"))
+        grid = PhaseGrid(tuple(g["alphas"]), tuple(g["omegas"]))
+        pts = read_csv(os.path.join(out_dir, "points.csv"))
+        pts["branch"] = np.asarray([PHASE_BRANCHES.index(b) for b in pts["branch"]], np.int32)
+        pts["status"] = np.asarray([status_code(s) for s in pts["status"]], np.int32)
+        for k in ("distinct", "is_branch", "converged"):
+            pts[k] = pts[k].astype(bool)
+        diag = read_csv(os.path.join(out_dir, "diagram.csv"))
+        shape = (len(grid.omegas), len(grid.alphas))
+        table = {}
+        for k, v in diag.items():
+            if k in ("omega", "alpha"):
+                continue
+            if k == "global_branch":
+                v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
+            table[k] = np.asarray(v).reshape(shape)
+        th = read_csv(os.path.join(out_dir, "thresholds.csv"))
+        summary = read_json(os.path.join(out_dir, "summary.json"))
+        return cls(grid=grid, points=pts, table=table, thresholds=th, config=summary["config"])
 
 
-def _fmt(x) -> str:
-    x = np.asarray(x)
-    if x.dtype == bool:
-        return "1" if bool(x) else "0"
-    if np.issubdtype(x.dtype, np.integer):
-        return str(int(x))
-    return repr(float(x))
+def _max_rel(points, key) -> float | None:
+    v, e = np.asarray(points[key], float), np.asarray(points.get(key + "_err", np.nan), float)
+    sel = np.asarray(points["is_branch"]).astype(bool) & np.isfinite(e) & (np.abs(v) > 1e-12)
+    return float(np.max(np.abs(e[sel] / v[sel]))) if sel.any() else None
 
 
-def _fmt_opt(x) -> str:
-    return "" if not np.isfinite(x) else repr(float(x))
+def _max_abs(points, key) -> float | None:
+    e = np.asarray(points[key], float)
+    sel = np.asarray(points["is_branch"]).astype(bool) & np.isfinite(e)
+    return float(np.max(np.abs(e[sel]))) if sel.any() else None
 
 
-def _write_csv(path: str, header, rows) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
-    return path
+def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: PhaseConfig) -> dict:
+    """The complete configuration of a phase-diagram run (JSON; functions by content in the fingerprint)."""
+    return dict(kind="tied_attention_phase_diagram", alphas=list(grid.alphas), omegas=list(grid.omegas),
+                sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
+                C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
+                student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
+                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
+                se_config=dataclasses.asdict(config.se))
 
 
-def by_branch(grid: PhaseGrid, points: Mapping[str, np.ndarray], key: str) -> np.ndarray:
-    """Column `key` of the task table as `(n_omega, n_alpha, n_branch)` (task order of `PhaseGrid.tasks`)."""
-    return np.asarray(points[key]).reshape(len(grid.omegas), len(grid.alphas), len(PHASE_BRANCHES))
+def _scheme_fields(scheme) -> dict:
+    out = {}
+    for f in dataclasses.fields(scheme):
+        v = getattr(scheme, f.name)
+        if hasattr(v, "shape"):
+            import hashlib
 
-
-def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.ndarray) -> tuple[dict, dict]:
-    """Per-point global minimum and per-omega thresholds from the branch solutions."""
-    nw, na = len(grid.omegas), len(grid.alphas)
-    get = lambda k: by_branch(grid, points, k)
-    e, err, conv = get("train_loss"), get("test_error"), get("converged").astype(bool)
-    q, m, th = get("q"), get("m"), get("theta")
-    both = conv[..., 0] & conv[..., 1]
-    delta = e[..., 1] - e[..., 0]
-    glob = np.where(conv[..., 1] & (~conv[..., 0] | (delta < 0)), 1, 0)
-    collapsed = (np.abs(q[..., 0] - q[..., 1]) + np.abs(np.abs(m[..., 0]) - np.abs(m[..., 1]))
-                 + np.abs(th[..., 0] - th[..., 1])) < 1e-6
-    table = dict(
-        e_positional=e[..., 0], e_semantic=e[..., 1], delta_e=delta,
-        err_positional=err[..., 0], err_semantic=err[..., 1], global_branch=glob,
-        global_test_error=np.take_along_axis(err, glob[..., None], -1)[..., 0],
-        eps_lin=np.repeat(np.asarray(eps_lin)[:, None], na, 1),
-        converged_positional=conv[..., 0], converged_semantic=conv[..., 1], collapsed=collapsed,
-    )
-    a = np.asarray(grid.alphas)
-    ac = [alpha_c(a, e[i, :, 0], e[i, :, 1], both[i]) for i in range(nw)]
-    al = [alpha_l(a, err[i, :, 0], err[i, :, 1], e[i, :, 0], e[i, :, 1], eps_lin[i], both[i]) for i in range(nw)]
-    thresholds = dict(omega=np.asarray(grid.omegas), alpha_c=np.asarray(ac), alpha_l=np.asarray(al))
-    return table, thresholds
+            out[f.name + "_sha"] = hashlib.sha256(np.ascontiguousarray(np.asarray(v)).tobytes()).hexdigest()[:16]
+        elif dataclasses.is_dataclass(v):
+            out[f.name] = _scheme_fields(v)
+        else:
+            out[f.name] = v
+    return out
 
 
 def phase_diagram(
@@ -197,53 +382,37 @@ def phase_diagram(
     params: TiedAttentionParams,
     *,
     quadrature=None,
-    se_config: SEConfig = SEConfig(),
+    config: PhaseConfig = PhaseConfig(),
     options: RunOptions | None = None,
 ) -> PhaseDiagram | None:
-    """Solve both branches on every grid point and derive the phase diagram.
+    """Follow the fixed points of both subspaces along alpha for every omega and derive the phase diagram.
 
     Args:
       grid: `PhaseGrid` (validated before any compute).
       params: model parameters; `alpha` and `omega` are replaced per point.
-      quadrature: rule in `L (r + t)` dimensions (default Gauss-Hermite, 8 per dimension).
-      se_config: `SEConfig` for every solve.
-      options: `phasejax.sweep.RunOptions` (run directory: a re-run with the same
-        config resumes, a different config is refused; chunk size, devices, hosts, progress).
+      quadrature: scheme (default `default_scheme(params)`: converged, with replicas for error bars).
+      config: `PhaseConfig` (census seeds per subspace, `SEConfig`).
+      options: `phasejax.sweep.RunOptions` (run directory: resume; chunk size in rows; devices; hosts).
     Returns:
-      `PhaseDiagram`, or `None` if stopped early (`max_chunks`) or if other
-      processes' chunks are not finished yet.
+      `PhaseDiagram`, or `None` while chunks are missing (`max_chunks`, or other hosts).
     """
     if not isinstance(grid, PhaseGrid):
         raise ValueError(f"grid must be a PhaseGrid, got {type(grid).__name__}")
-    validate_params(params)
-    dim = params.L * (params.r + params.t)
-    quadrature = gauss_hermite(dim, 8) if quadrature is None else quadrature
-    if quadrature.dim != dim:
-        raise ValueError(f"quadrature has dimension {quadrature.dim}, but L (r + t) = {dim}")
-    config = dict(
-        kind="tied_attention_phase_diagram",
-        alphas=list(grid.alphas), omegas=list(grid.omegas),
-        sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
-        C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
-        target=getattr(params.target, "__qualname__", str(params.target)),
-        student=getattr(params.student, "__qualname__", str(params.student)),
-        quadrature=dict(size=int(quadrature.size), dim=int(quadrature.dim),
-                        points_sha=_digest(quadrature.points)),
-        se_config=dataclasses.asdict(se_config),
-    )
-    tasks = grid.tasks()
-    fn = make_chunk_fn(params, quadrature, se_config)
-    points = run_chunked(fn, tasks, config, run_options(options))
-    if points is None:
-        return None
-    points = {**tasks, **points}
-    eps_lin = np.asarray(jax.vmap(lambda w: linear_baseline_error(params.replace(omega=w)))(
-        jnp.asarray(grid.omegas)))
+    if not isinstance(config, PhaseConfig):
+        raise ValueError(f"config must be a PhaseConfig, got {type(config).__name__}")
+    with float64_scope():
+        validate_params(params)
+        scheme = resolve_scheme(quadrature, params)
+        cfg = diagram_config(grid, params, scheme, config)
+        tasks = grid.tasks()
+        fn = make_row_fn(grid, params, scheme, config)
+        rows = run_chunked(fn, tasks, cfg, run_options(options))
+        if rows is None:
+            return None
+        rows = {**tasks, **rows}
+        points = points_table(grid, rows)
+        eps_lin = np.asarray(jax.vmap(lambda w: linear_baseline_error(params.replace(omega=w)))(
+            jnp.asarray(grid.omegas)))
     table, thresholds = derive_table(grid, points, eps_lin)
-    return PhaseDiagram(grid=grid, points=points, table=table, thresholds=thresholds, config=config)
-
-
-def _digest(x) -> str:
-    import hashlib
-
-    return hashlib.sha256(np.ascontiguousarray(np.asarray(x)).tobytes()).hexdigest()[:16]
+    cfg_json = {k: (v if not callable(v) else getattr(v, "__qualname__", str(v))) for k, v in cfg.items()}
+    return PhaseDiagram(grid=grid, points=points, table=table, thresholds=thresholds, config=cfg_json)

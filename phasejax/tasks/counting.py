@@ -25,23 +25,28 @@ vmaps it over `(d, p, seed)` in resumable chunks. Explicit constructions:
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.precision import check_float_dtype, dtype_scope
+from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
 from phasejax.tasks.histogram import (
     HistogramTask,
+    check_positive_int,
     masked_accuracy,
     masked_cross_entropy,
+    model_inputs,
     sample_batch,
     train_online,
 )
 
 Array = jax.Array
-F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,22 +59,65 @@ class CountingConfig:
 
     def __post_init__(self):
         if self.mixing not in ("dot", "linear"):
-            raise ValueError(f"mixing must be 'dot' or 'linear', got {self.mixing!r}")
+            raise ValueError(f"mixing must be 'dot' or 'linear', got mixing={self.mixing!r}")
+        for name in ("softmax", "bos"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {name}={getattr(self, name)!r}")
 
     @property
     def name(self) -> str:
         return self.mixing + ("+BOS" if self.bos else "") + ("+softmax" if self.softmax else "")
 
+    @property
+    def dir_name(self) -> str:
+        """`name` with `_` for `+` (a folder name: `dot_BOS_softmax`)."""
+        return self.name.replace("+", "_")
+
     @classmethod
     def from_name(cls, name: str) -> "CountingConfig":
-        if name not in COUNTING_CONFIGS:
-            raise ValueError(f"unknown configuration {name!r}; choose from {tuple(COUNTING_CONFIGS)}")
+        """The configuration called `name`: case-insensitive, `_` or `+` (`"DOT+bos"`, `"dot_BOS_softmax"`)."""
         return COUNTING_CONFIGS[name]
 
 
-COUNTING_CONFIGS = {c.name: c for c in (
+class UnknownConfigError(KeyError, ValueError):
+    """An unknown counting configuration name (a `ValueError`, and a `KeyError` for mapping lookups)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CountingConfigs(Mapping):
+    """The configurations by name; lookups ignore case and accept `_` for `+` (unknown: `UnknownConfigError`)."""
+
+    def __init__(self, configs):
+        self._configs = {c.name: c for c in configs}
+
+    @staticmethod
+    def _key(name) -> str:
+        return str(name).strip().lower().replace("_", "+")
+
+    def __getitem__(self, name) -> CountingConfig:
+        if not isinstance(name, str):
+            raise UnknownConfigError(f"configuration names are strings, got {name!r}")
+        for k, c in self._configs.items():
+            if self._key(k) == self._key(name):
+                return c
+        raise UnknownConfigError(f"unknown configuration {name!r}; choose from {tuple(self._configs)} "
+                                 "(case-insensitive, '_' for '+')")
+
+    def __iter__(self):
+        return iter(self._configs)
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def __repr__(self) -> str:
+        return f"CountingConfigs({tuple(self._configs)})"
+
+
+COUNTING_CONFIGS = CountingConfigs((
     CountingConfig("linear", False), CountingConfig("linear", True), CountingConfig("dot", False),
-    CountingConfig("dot", True), CountingConfig("dot", False, True), CountingConfig("dot", True, True))}
+    CountingConfig("dot", True), CountingConfig("dot", False, True), CountingConfig("dot", True, True)))
 """The six configurations of the paper: linear, linear+softmax, dot, dot+softmax, dot+BOS, dot+BOS+softmax."""
 
 
@@ -77,26 +125,33 @@ def _task_for(task: HistogramTask, cfg: CountingConfig) -> HistogramTask:
     return dataclasses.replace(task, bos=cfg.bos)
 
 
-def init_counting_params(key: Array, task: HistogramTask, cfg: CountingConfig, d, p, d_max: int, p_max: int) -> dict:
-    """Initial parameters at padded shapes `(d_max, p_max)`; `d`, `p` (may be traced) set the init scales.
+def init_counting_params(key: Array, task: HistogramTask, cfg: CountingConfig, d, p, d_max: int, p_max: int,
+                         dtype=jnp.float32) -> dict:
+    """Initial parameters at padded shapes `(d_max, p_max)` in `dtype`; `d`, `p` (may be traced) set the scales.
 
     `E ~ N(0, 1)`, `W_Q, W_K, W_1 ~ N(0, 1/d)`, `W_2 ~ N(0, 1/p)`, `C ~ N(0, 1/L)`, biases 0.
+    Normal draws are made in float32 and cast, so float32 and float64 runs start from the same weights.
     """
+    dtype = check_float_dtype(dtype)
     tk = _task_for(task, cfg)
     kE, kQ, kK, kC, k1, k2 = jax.random.split(key, 6)
-    d_s, p_s = jnp.sqrt(jnp.asarray(d, F32)), jnp.sqrt(jnp.asarray(p, F32))
+    d_s, p_s = jnp.sqrt(jnp.asarray(d, dtype)), jnp.sqrt(jnp.asarray(p, dtype))
+
+    def normal(k, shape):
+        return jax.random.normal(k, shape, jnp.float32).astype(dtype)
+
     params = dict(
-        E=jax.random.normal(kE, (tk.vocab, d_max), F32),
-        W1=jax.random.normal(k1, (d_max, p_max), F32) / d_s,
-        b1=jnp.zeros((p_max,), F32),
-        W2=jax.random.normal(k2, (p_max, tk.n_classes), F32) / p_s,
-        b2=jnp.zeros((tk.n_classes,), F32),
+        E=normal(kE, (tk.vocab, d_max)),
+        W1=normal(k1, (d_max, p_max)) / d_s,
+        b1=jnp.zeros((p_max,), dtype),
+        W2=normal(k2, (p_max, tk.n_classes)) / p_s,
+        b2=jnp.zeros((tk.n_classes,), dtype),
     )
     if cfg.mixing == "dot":
-        params["WQ"] = jax.random.normal(kQ, (d_max, d_max), F32) / d_s
-        params["WK"] = jax.random.normal(kK, (d_max, d_max), F32) / d_s
+        params["WQ"] = normal(kQ, (d_max, d_max)) / d_s
+        params["WK"] = normal(kK, (d_max, d_max)) / d_s
     else:
-        params["C"] = jax.random.normal(kC, (tk.length, tk.length), F32) / np.sqrt(tk.length)
+        params["C"] = normal(kC, (tk.length, tk.length)) / np.sqrt(tk.length)
     return params
 
 
@@ -127,10 +182,11 @@ def mixing_matrix(params: dict, x: Array, cfg: CountingConfig, d) -> Array:
 
 
 def counting_logits(params: dict, tokens: Array, cfg: CountingConfig, d, p) -> Array:
-    """Logits `(n, length, L + 1)` for model tokens `(n, length)`, using the first `d` / `p` units."""
+    """Logits `(n, length, L + 1)` for model tokens `(n, length)`, using the first `d` / `p` units (dtype of `params`)."""
     d_max, p_max = params["E"].shape[1], params["b1"].shape[0]
-    md = (jnp.arange(d_max) < d).astype(F32)
-    mp = (jnp.arange(p_max) < p).astype(F32)
+    dtype = params["E"].dtype
+    md = (jnp.arange(d_max) < d).astype(dtype)
+    mp = (jnp.arange(p_max) < p).astype(dtype)
     x = params["E"][tokens] * md
     h = x + mixing_matrix(params, x, cfg, d) @ x
     z = jax.nn.relu(h @ (params["W1"] * md[:, None] * mp[None, :]) + params["b1"] * mp)
@@ -155,10 +211,11 @@ def counting_accuracy(params: dict, key: Array, task: HistogramTask, cfg: Counti
 
 
 def counting_run(seed, d, p, *, task: HistogramTask, cfg: CountingConfig, d_max: int, p_max: int, steps: int,
-                 batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096) -> dict[str, Array]:
-    """One run (pure in `seed`, `d`, `p`; vmap over them): init, online Adam, fresh-sample accuracy."""
+                 batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096,
+                 dtype=jnp.float32) -> dict[str, Array]:
+    """One run (pure in `seed`, `d`, `p`; vmap over them): init, online Adam, fresh-sample accuracy, in `dtype`."""
     k_init, k_train, k_test = jax.random.split(jax.random.PRNGKey(seed), 3)
-    params0 = init_counting_params(k_init, task, cfg, d, p, d_max, p_max)
+    params0 = init_counting_params(k_init, task, cfg, d, p, d_max, p_max, dtype)
     params, losses = train_counting(params0, k_train, task, cfg, d, p, steps=steps, batch_size=batch_size,
                                     learning_rate=learning_rate)
     tail = max(1, steps // 10)
@@ -166,65 +223,196 @@ def counting_run(seed, d, p, *, task: HistogramTask, cfg: CountingConfig, d_max:
                 final_loss=jnp.mean(losses[-tail:]))
 
 
+def _int_tuple(values, name: str, minimum: int) -> tuple[int, ...]:
+    vals = np.atleast_1d(np.asarray(values, dtype=object))
+    if vals.ndim != 1 or vals.size == 0:
+        raise ValueError(f"{name} must be a non-empty sequence of integers >= {minimum}, got {values!r}")
+    for v in vals:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)) \
+                or not np.isfinite(v) or int(v) != v or v < minimum:
+            raise ValueError(f"{name} must hold integers >= {minimum}, got {v!r} in {name}={values!r}")
+    return tuple(int(v) for v in vals)
+
+
 @dataclasses.dataclass(frozen=True)
 class CountingGrid:
-    """`(d, p, seed)` grid of one configuration; `tasks()` is the flat table (order `d, p, seed`)."""
+    """`(d, p, seed)` grid of one configuration; `tasks()` is the flat table (order `d, p, seed`).
+
+    Validated on construction: `ds`, `ps` integers >= 1, `seeds` integers >= 0 (`ValueError` naming the field).
+    """
 
     ds: tuple[int, ...] = tuple(2**k for k in range(8))
     ps: tuple[int, ...] = tuple(2**k for k in range(8))
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
     def __post_init__(self):
-        for name in ("ds", "ps", "seeds"):
-            vals = tuple(int(v) for v in np.atleast_1d(getattr(self, name)))
-            object.__setattr__(self, name, vals)
-            if not vals:
-                raise ValueError(f"{name} must not be empty")
-        if min(self.ds) < 1 or min(self.ps) < 1:
-            raise ValueError(f"d and p must be >= 1, got ds={self.ds}, ps={self.ps}")
-        if min(self.seeds) < 0:
-            raise ValueError(f"seeds must be >= 0, got {self.seeds}")
+        object.__setattr__(self, "ds", _int_tuple(self.ds, "ds", 1))
+        object.__setattr__(self, "ps", _int_tuple(self.ps, "ps", 1))
+        object.__setattr__(self, "seeds", _int_tuple(self.seeds, "seeds", 0))
 
     def tasks(self) -> dict[str, np.ndarray]:
         d, p, s = np.meshgrid(self.ds, self.ps, self.seeds, indexing="ij")
         return dict(d=d.ravel().astype(np.int32), p=p.ravel().astype(np.int32), seed=s.ravel().astype(np.int64))
 
+    def to_json(self) -> dict:
+        return dict(ds=list(self.ds), ps=list(self.ps), seeds=list(self.seeds))
 
-def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig, *, steps: int, batch_size: int = 128,
-                   learning_rate: float = 1e-3, n_test: int = 4096,
-                   options: RunOptions | None = None) -> dict[str, np.ndarray] | None:
+
+RUN_COLUMNS = ("config", "T", "L", "d", "p", "seed", "accuracy", "final_loss")
+"""Columns of a counting `runs.csv`: configuration name, task, grid point, fresh-sample accuracy and the
+mean training loss over the last tenth of the steps."""
+
+
+def counting_config(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig, *, steps: int, batch_size: int,
+                    learning_rate: float, n_test: int, dtype) -> dict:
+    """The complete configuration of one counting sweep (the one builder; what `run_dir/config.json` records)."""
+    return dict(kind="counting_sweep", config=cfg.name, T=task.T, L=task.L, **grid.to_json(), steps=int(steps),
+                batch_size=int(batch_size), learning_rate=float(learning_rate), n_test=int(n_test),
+                optimizer="adam", data="online (fresh batch per step)", dtype=str(np.dtype(dtype)))
+
+
+@dataclasses.dataclass
+class CountingRuns:
+    """Counting runs of one or more configurations: `runs` (columns `RUN_COLUMNS`) and `config[name]`.
+
+    `write(out_dir)` writes `runs.csv` and `counting.json`; `CountingRuns.load(out_dir)` reads them back;
+    `CountingRuns.from_csv(path)` rebuilds from `runs.csv` alone (`config={}`).
+    """
+
+    runs: dict[str, np.ndarray]
+    config: dict
+
+    @property
+    def names(self) -> list[str]:
+        """Configuration names in order of appearance."""
+        return list(dict.fromkeys(np.asarray(self.runs["config"]).tolist()))
+
+    def select(self, name: str) -> dict[str, np.ndarray]:
+        """The columns of configuration `name` (case-insensitive, `_` for `+`)."""
+        name = CountingConfig.from_name(name).name
+        sel = np.asarray(self.runs["config"]) == name
+        if not sel.any():
+            raise ValueError(f"no runs of configuration {name!r}; have {self.names}")
+        return {k: np.asarray(v)[sel] for k, v in self.runs.items()}
+
+    @classmethod
+    def concatenate(cls, parts) -> "CountingRuns":
+        parts = list(parts)
+        if not parts:
+            raise ValueError("parts must hold at least one CountingRuns")
+        runs = {k: np.concatenate([np.asarray(p.runs[k]) for p in parts]) for k in RUN_COLUMNS}
+        config = {}
+        for p in parts:
+            config.update(p.config)
+        return cls(runs=runs, config=config)
+
+    def write(self, out_dir: str) -> list[str]:
+        """Write `runs.csv` and `counting.json` (configurations) into `out_dir`; returns the paths."""
+        os.makedirs(out_dir, exist_ok=True)
+        return [write_csv(os.path.join(out_dir, "runs.csv"), self.runs, RUN_COLUMNS),
+                atomic_write_json(os.path.join(out_dir, "counting.json"), dict(config=self.config))]
+
+    @classmethod
+    def from_csv(cls, path: str) -> "CountingRuns":
+        raw = read_csv(path)
+        missing = [k for k in RUN_COLUMNS if k not in raw]
+        if missing:
+            raise ValueError(f"{path} is not a counting runs.csv: missing columns {missing}")
+        runs = {k: raw[k] for k in RUN_COLUMNS}
+        runs["config"] = np.asarray([str(c) for c in runs["config"]])
+        for k in ("T", "L", "d", "p"):
+            runs[k] = runs[k].astype(np.int32)
+        runs["seed"] = runs["seed"].astype(np.int64)
+        return cls(runs=runs, config={})
+
+    @classmethod
+    def load(cls, out_dir: str) -> "CountingRuns":
+        out = cls.from_csv(os.path.join(out_dir, "runs.csv"))
+        out.config = read_json(os.path.join(out_dir, "counting.json"))["config"]
+        return out
+
+
+def _check_training(steps, batch_size, n_test, learning_rate) -> None:
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("n_test", n_test)):
+        check_positive_int(value, name)
+    if isinstance(learning_rate, (bool, np.bool_)) or not isinstance(learning_rate, (int, float, np.number)) \
+            or not np.isfinite(learning_rate) or learning_rate <= 0:
+        raise ValueError(f"learning_rate must be a finite number > 0, got learning_rate={learning_rate!r}")
+
+
+def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig | str, *, steps: int,
+                   batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096, dtype=jnp.float32,
+                   options: RunOptions | None = None) -> CountingRuns | None:
     """Train every `(d, p, seed)` of `grid` for one configuration, padded to the grid's largest `d`, `p`.
 
-    Each chunk is one compiled `vmap` of `counting_run`, sharded over `devices`,
-    written atomically under `run_dir` and skipped on a re-run (see
-    `phasejax.sweep.run_chunked`; `options` as there, default `RunOptions(chunk_size=64)`).
-    Returns the task columns plus `accuracy` and `final_loss`, or `None` while chunks are missing.
+    Each chunk is one compiled `vmap` of `counting_run`, sharded over the devices,
+    written atomically under `options.run_dir` and skipped on a re-run; multi-host
+    through `options.process_index/process_count` (see `phasejax.sweep.run_chunked`).
+    `dtype` float32 (default) or float64 (run inside `dtype_scope`).
+    Returns `CountingRuns` (task columns plus `accuracy` and `final_loss`), or `None` while chunks are missing.
     """
-    options = run_options(options if options is not None else RunOptions(chunk_size=64))
-
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("n_test", n_test)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {name}={value}")
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    if not isinstance(grid, CountingGrid):
+        raise ValueError(f"grid must be a CountingGrid, got {type(grid).__name__}")
+    if not isinstance(task, HistogramTask):
+        raise ValueError(f"task must be a HistogramTask, got {type(task).__name__}")
+    cfg = CountingConfig.from_name(cfg) if isinstance(cfg, str) else cfg
+    if not isinstance(cfg, CountingConfig):
+        raise ValueError(f"cfg must be a CountingConfig or a configuration name, got {cfg!r}")
+    _check_training(steps, batch_size, n_test, learning_rate)
+    dtype = check_float_dtype(dtype)
+    options = run_options(options)
     d_max, p_max = max(grid.ds), max(grid.ps)
+    kw = dict(steps=int(steps), batch_size=int(batch_size), learning_rate=float(learning_rate), n_test=int(n_test))
 
     def fn(chunk):
         one = lambda s, d, p: counting_run(s, d, p, task=task, cfg=cfg, d_max=d_max, p_max=p_max,  # noqa: E731
-                                           steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-                                           n_test=n_test)
+                                           dtype=dtype, **kw)
         return jax.vmap(one)(jnp.asarray(chunk["seed"]), jnp.asarray(chunk["d"]), jnp.asarray(chunk["p"]))
 
-    config = dict(kind="counting_sweep", config=cfg.name, T=task.T, L=task.L, ds=list(grid.ds), ps=list(grid.ps),
-                  seeds=list(grid.seeds), steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-                  n_test=n_test, optimizer="adam", data="online (fresh batch per step)")
+    config = counting_config(grid, task, cfg, dtype=dtype, **kw)
     tasks = grid.tasks()
-    out = run_chunked(fn, tasks, config, options)
+    with dtype_scope(dtype):
+        out = run_chunked(fn, tasks, config, options)
     if out is None:
         return None
-    out = dict(out)
-    out.update(tasks)
-    return out
+    n = len(tasks["d"])
+    runs = dict(config=np.full(n, cfg.name), T=np.full(n, task.T, np.int32), L=np.full(n, task.L, np.int32),
+                **tasks, accuracy=np.asarray(out["accuracy"], np.float64),
+                final_loss=np.asarray(out["final_loss"], np.float64))
+    return CountingRuns(runs={k: runs[k] for k in RUN_COLUMNS}, config={cfg.name: canonical_config(config)})
+
+
+def counting_phase_diagrams(grid: CountingGrid, task: HistogramTask, configs=None, *, steps: int,
+                            batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096,
+                            dtype=jnp.float32, options: RunOptions | None = None) -> CountingRuns | None:
+    """`counting_sweep` for each configuration (default: all six), one after the other.
+
+    With `options.run_dir`, configuration `c` resumes in `run_dir/<c.dir_name>`
+    (`dot_BOS_softmax`). Returns the concatenated `CountingRuns`, or `None`
+    while any configuration has chunks missing (other hosts, `max_chunks`).
+    """
+    names = list(COUNTING_CONFIGS) if configs is None else [configs] if isinstance(configs, str) else list(configs)
+    cfgs = [c if isinstance(c, CountingConfig) else CountingConfig.from_name(c) for c in names]
+    if not cfgs:
+        raise ValueError("configs must name at least one configuration")
+    if len({c.name for c in cfgs}) != len(cfgs):
+        raise ValueError(f"configs must not repeat a configuration, got {[c.name for c in cfgs]}")
+    options = run_options(options)
+    parts = []
+    for cfg in cfgs:
+        opts = options if options.run_dir is None else options.replace(
+            run_dir=os.path.join(options.run_dir, cfg.dir_name))
+        parts.append(counting_sweep(grid, task, cfg, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                                    n_test=n_test, dtype=dtype, options=opts))
+    if any(p is None for p in parts):
+        return None
+    return CountingRuns.concatenate(parts)
+
+
+def construction_accuracy(params: dict, task: HistogramTask, cfg: CountingConfig, tokens: Array) -> Array:
+    """Accuracy of (unpadded) parameters `params` on sequences `tokens (n, L)` (BOS added if `cfg.bos`)."""
+    mt, labels = model_inputs(jnp.asarray(tokens), dataclasses.replace(task, bos=cfg.bos))
+    return masked_accuracy(counting_logits(params, mt, cfg, params["E"].shape[1], params["b1"].shape[0]), labels)
 
 
 # ----------------------------------------------------------------------------
@@ -232,7 +420,8 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig,
 # ----------------------------------------------------------------------------
 
 
-def relation_counting_params(task: HistogramTask, d: int | None = None, scale: float = 30.0) -> dict:
+def relation_counting_params(task: HistogramTask, d: int | None = None, scale: float = 30.0,
+                             dtype=jnp.float32) -> dict:
     """Relation-based counting, dot + BOS + softmax, `d >= T`, `p = 1` (unpadded parameters).
 
     Tokens embed one-hot `e_t`, BOS embeds `1_T` (ones on the token dims), and
@@ -257,11 +446,14 @@ def relation_counting_params(task: HistogramTask, d: int | None = None, scale: f
     g = np.array([0.0] + [(T - 1) / (k + 1) for k in range(1, L + 1)], np.float32)
     b2 = -(g**2)
     b2[0] = -1e3   # count 0 never occurs
-    return dict(E=jnp.asarray(E), WQ=c * jnp.eye(d, dtype=F32), WK=c * jnp.eye(d, dtype=F32),
-                W1=jnp.asarray(ones), b1=jnp.asarray([-2.0], F32), W2=jnp.asarray(2 * g[None, :]), b2=jnp.asarray(b2))
+    dtype = check_float_dtype(dtype)
+    eye = c * np.eye(d)
+    return {k: jnp.asarray(v, dtype) for k, v in dict(E=E, WQ=eye, WK=eye, W1=ones, b1=np.asarray([-2.0]),
+                                                         W2=2 * g[None, :], b2=b2).items()}
 
 
-def inventory_counting_params(task: HistogramTask, d: int | None = None, softmax: bool = False) -> dict:
+def inventory_counting_params(task: HistogramTask, d: int | None = None, softmax: bool = False,
+                              dtype=jnp.float32) -> dict:
     """Inventory-based counting, linear mixing, `d >= T`, `p = T` (unpadded parameters).
 
     One-hot tokens; uniform mixing `a_ij = 1/L` (`C = 1/L`, or `C = 0` under a
@@ -279,5 +471,6 @@ def inventory_counting_params(task: HistogramTask, d: int | None = None, softmax
     W1[np.arange(T), np.arange(T)] = L
     cls = np.arange(L + 1, dtype=np.float32)
     C = np.zeros((L, L), np.float32) if softmax else np.full((L, L), 1.0 / L, np.float32)
-    return dict(E=jnp.asarray(E), C=jnp.asarray(C), W1=jnp.asarray(W1), b1=jnp.full((T,), -float(L), F32),
-                W2=jnp.asarray(np.tile(2 * cls[None, :], (T, 1))), b2=jnp.asarray(-(cls**2)))
+    dtype = check_float_dtype(dtype)
+    return {k: jnp.asarray(v, dtype) for k, v in dict(E=E, C=C, W1=W1, b1=np.full((T,), -float(L)),
+                                                         W2=np.tile(2 * cls[None, :], (T, 1)), b2=-(cls**2)).items()}

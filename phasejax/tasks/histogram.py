@@ -16,7 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.empirics.data import check_positive_int
+
 Array = jax.Array
+
+__all__ = ["IGNORE", "HistogramTask", "all_sequences", "check_positive_int", "histogram_labels", "masked_accuracy",
+           "masked_cross_entropy", "model_inputs", "sample_batch", "sample_sequences", "train_online"]
 
 IGNORE = -1
 """Label of positions that are not scored (the BOS token)."""
@@ -31,10 +36,11 @@ class HistogramTask:
     bos: bool = False
 
     def __post_init__(self):
-        if int(self.T) != self.T or self.T < 1:
-            raise ValueError(f"T must be a positive integer, got T={self.T}")
-        if int(self.L) != self.L or self.L < 1:
-            raise ValueError(f"L must be a positive integer, got L={self.L}")
+        object.__setattr__(self, "T", check_positive_int(self.T, "T"))
+        object.__setattr__(self, "L", check_positive_int(self.L, "L"))
+        if not isinstance(self.bos, (bool, np.bool_)):
+            raise ValueError(f"bos must be True or False, got bos={self.bos!r}")
+        object.__setattr__(self, "bos", bool(self.bos))
 
     @property
     def vocab(self) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from phasejax.theory.params import TiedAttentionParams
+from phasejax.precision import uses_float64
+from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.quadrature import Quadrature, default_quadrature
 
 Array = jax.Array
@@ -26,18 +27,22 @@ def _target_at_nodes(params: TiedAttentionParams, quadrature: Quadrature) -> Arr
     return jax.vmap(node)(quadrature.points)  # (N, L, L)
 
 
+@uses_float64
 def linear_baseline_weights(params: TiedAttentionParams, quadrature: Quadrature | None = None) -> Array:
-    """`B_hat = E[T(h*)]`, shape `(L, L)` (spec section 6)."""
+    """`B_hat = E[T(h*)]`, shape `(L, L)` (theory notes, section 6)."""
+    validate_params(params)
     quadrature = default_quadrature(params.L * params.t) if quadrature is None else quadrature
     return quadrature.expect(_target_at_nodes(params, quadrature))
 
 
+@uses_float64
 def linear_baseline_error(params: TiedAttentionParams, quadrature: Quadrature | None = None) -> Array:
     """Test error `eps_lin` of the optimal positional linear model, shape `()` (spec section 6).
 
     `quadrature` is over `h*` only, in `L t` dimensions (default: 10
     Gauss-Hermite nodes per dimension). Vanishes at `omega = 1`.
     """
+    validate_params(params)
     quadrature = default_quadrature(params.L * params.t) if quadrature is None else quadrature
     if quadrature.dim != params.L * params.t:
         raise ValueError(f"quadrature has dimension {quadrature.dim}, but L t = {params.L * params.t}")

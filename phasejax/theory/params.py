@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from phasejax.precision import uses_float64
+
 Array = jax.Array
 
 PAPER_A = ((0.6, 0.4), (0.4, 0.6))
@@ -132,6 +134,7 @@ def params_are_valid(params: TiedAttentionParams) -> Array:
     return ok
 
 
+@uses_float64
 def make_params(
     alpha,
     omega,
@@ -145,7 +148,7 @@ def make_params(
     target: Callable = mixed_target,
     student: Callable = dot_product_student,
 ) -> TiedAttentionParams:
-    """Build validated float64 parameters; defaults are the paper's setting.
+    """Build validated float64 parameters (float64 whatever the global JAX setting); defaults are the paper's setting.
 
     `sigma` may be a scalar (broadcast to all `L` tokens) or `(L,)`. `L` is
     read from `A`. `C` defaults to the paper's `[[1], [-1]]` for `L = 2`

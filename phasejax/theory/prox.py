@@ -1,20 +1,28 @@
-"""Moreau-envelope proximal step by damped Newton (spec section 3).
+"""Moreau-envelope proximal step by damped Newton (theory notes, section 3).
 
 `newton_minimize` minimises a smooth function of a small vector with a
 Levenberg-Marquardt-damped Newton method (exact `jax.hessian`, eigenvalue
 shift for indefinite Hessians, step accepted only if the objective does not
-increase). `moreau_prox` runs it from several starts and keeps the lowest
-objective. `envelope_derivatives` gives `f` and its derivatives at the
+increase) until its gradient is small; `newton_steps` takes a fixed number
+of the same steps (no while loop: under `vmap` no node waits for the
+slowest). `moreau_prox` runs `newton_minimize` from several starts and keeps
+the lowest objective. `moreau_minimiser` is the state evolution's prox: a
+fixed number of steps from a few starts, the lowest objective kept, and a
+custom JVP from the implicit function theorem at the optimum (so `jax.jvp`
+and `jax.jacfwd` of anything built on it never differentiate through the
+iterations). `envelope_derivatives` gives `f` and its derivatives at the
 optimum by the implicit function theorem. All are pure and vmappable (the
 state evolution vmaps them over quadrature nodes, GAMP over samples).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax.scipy.linalg import block_diag
 
@@ -47,45 +55,139 @@ def newton_minimize(
 ) -> ProxResult:
     """Minimise `objective: (n,) -> ()` from `h0 (n,)` by damped Newton.
 
-    Each step solves `(H + shift I) d = -g` with `shift = mu + max(0, -eig_min(H))`
-    and accepts `h + d` if the objective does not increase (ties accepted when
-    the gradient shrinks); `mu` shrinks on acceptance and grows on rejection
-    (Levenberg-Marquardt). Stops when `max|g| <= tol`, after `max_steps`, or
-    when no step can be accepted (`mu > 1e12`).
+    Each step solves `(H + shift I) d = -g` with `shift = mu + max(0, -eig_min(H))`,
+    takes the best of the step lengths `1, 1/2, ..., 1/128` along `d` and
+    accepts it if the objective does not increase (ties accepted when the
+    gradient shrinks); `mu` shrinks on acceptance and grows on rejection.
+    Stops when `max|g| <= tol`, after `max_steps`, or when no step can be
+    accepted (`mu > 1e12`).
     """
-    value_and_grad = jax.value_and_grad(objective)
-    hessian = jax.hessian(objective)
-    n = h0.shape[0]
-    eye = jnp.eye(n, dtype=h0.dtype)
-    f0, g0 = value_and_grad(h0)
+    derivatives = autodiff_derivatives(objective)
+    f0, g0, H0 = derivatives(h0)
 
     def cond(state):
-        h, f, g, mu, k = state
+        h, f, g, H, mu, k = state
         return (k < max_steps) & (jnp.max(jnp.abs(g)) > tol) & (mu < 1e12)
 
     def body(state):
-        h, f, g, mu, k = state
-        H = hessian(h)
-        H = 0.5 * (H + H.T)
-        eig_min = small_linalg.min_eigenvalue(H)
-        shift = mu + jnp.maximum(0.0, -eig_min) * (1.0 + 1e-6)
-        d = -small_linalg.solve(H + shift * eye, g)
-        h_new = h + d
-        f_new, g_new = value_and_grad(h_new)
-        finite = jnp.isfinite(f_new) & jnp.all(jnp.isfinite(g_new))
-        decrease = f_new < f
-        tie = (f_new <= f + 1e-14 * (1.0 + jnp.abs(f))) & (jnp.max(jnp.abs(g_new)) < jnp.max(jnp.abs(g)))
-        accept = finite & (decrease | tie)
-        h = jnp.where(accept, h_new, h)
-        f = jnp.where(accept, f_new, f)
-        g = jnp.where(accept, g_new, g)
-        mu = jnp.where(accept, mu * 0.1, jnp.maximum(mu * 10.0, 1e-8))
-        return h, f, g, mu, k + 1
+        h, f, g, H, mu, k = state
+        return (*_newton_step(objective, derivatives, (h, f, g, H, mu)), k + 1)
 
     mu0 = jnp.asarray(1e-10, h0.dtype)
-    h, f, g, mu, k = jax.lax.while_loop(cond, body, (h0, f0, g0, mu0, jnp.asarray(0)))
+    h, f, g, H, mu, k = jax.lax.while_loop(cond, body, (h0, f0, g0, H0, mu0, jnp.asarray(0)))
     grad_norm = jnp.max(jnp.abs(g))
     return ProxResult(h=h, value=f, grad_norm=grad_norm, steps=k, converged=grad_norm <= tol)
+
+
+_STEP_LENGTHS = 0.5 ** np.arange(8)
+
+
+def autodiff_derivatives(objective: Callable[[Array], Array]) -> Callable[[Array], tuple[Array, Array, Array]]:
+    """`h -> (value, gradient, Hessian)` of `objective: (n,) -> ()` by autodiff."""
+    value_and_grad = jax.value_and_grad(objective)
+    hessian = jax.hessian(objective)
+
+    def derivatives(h):
+        f, g = value_and_grad(h)
+        return f, g, hessian(h)
+
+    return derivatives
+
+
+def _newton_step(objective, derivatives, state):
+    """One globalised Newton step on `(h, f, g, H, mu)`.
+
+    Direction `d = -(H + shift I)^{-1} g` with `shift = mu + max(0, -eig_min(H))`
+    (a descent direction also where `H` is indefinite); step length the best of
+    `1, 1/2, ..., 1/128` by objective value, accepted only if it decreases the
+    objective (or ties it with a smaller gradient). `mu` grows tenfold on a
+    rejected step and shrinks on an accepted one.
+    """
+    h, f, g, H, mu = state
+    n = h.shape[0]
+    H = 0.5 * (H + H.T)
+    eig_min = small_linalg.min_eigenvalue(H)
+    shift = mu + jnp.maximum(0.0, -eig_min) * (1.0 + 1e-6)
+    d = -small_linalg.solve(H + shift * jnp.eye(n, dtype=h.dtype), g)
+    trials = h[None] + jnp.asarray(_STEP_LENGTHS, h.dtype)[:, None] * d[None]
+    values = jax.vmap(objective)(trials)
+    values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+    h_new = trials[jnp.argmin(values)]
+    f_new, g_new, H_new = derivatives(h_new)
+    finite = jnp.isfinite(f_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(H_new))
+    decrease = f_new < f
+    tie = (f_new <= f + 1e-14 * (1.0 + jnp.abs(f))) & (jnp.max(jnp.abs(g_new)) < jnp.max(jnp.abs(g)))
+    accept = finite & (decrease | tie)
+    pick = lambda new, old: jnp.where(accept, new, old)  # noqa: E731
+    mu = jnp.where(accept, mu * 0.1, jnp.maximum(mu * 10.0, 1e-8))
+    return pick(h_new, h), pick(f_new, f), pick(g_new, g), pick(H_new, H), mu
+
+
+def newton_steps(objective: Callable[[Array], Array], h0: Array, n_steps: int, *, tol: float = 1e-10,
+                 derivatives: Callable | None = None) -> ProxResult:
+    """Minimise `objective: (n,) -> ()` from `h0 (n,)` by exactly `n_steps` damped Newton steps.
+
+    The same globalised steps as `newton_minimize`, in a `fori_loop` of fixed
+    length (a converged iterate stays put: its step vanishes or is rejected).
+    `derivatives(h) -> (value, gradient, Hessian)` defaults to autodiff of
+    `objective`. `converged` reports `max|g| <= tol` at the end.
+    """
+    derivatives = autodiff_derivatives(objective) if derivatives is None else derivatives
+    f0, g0, H0 = derivatives(h0)
+    state = (h0, f0, g0, H0, jnp.asarray(1e-10, h0.dtype))
+    h, f, g, _, _ = jax.lax.fori_loop(0, n_steps, lambda _, s: _newton_step(objective, derivatives, s), state)
+    grad_norm = jnp.max(jnp.abs(g))
+    return ProxResult(h=h, value=f, grad_norm=grad_norm, steps=jnp.asarray(n_steps), converged=grad_norm <= tol)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
+def _minimiser(objective, derivatives, theta, starts, n_steps, tol):
+    results = []
+    for group, steps in zip(starts, n_steps):
+        results.append(jax.vmap(lambda h0, steps=steps: newton_steps(
+            lambda h: objective(h, theta), h0, steps, tol=tol,
+            derivatives=None if derivatives is None else (lambda h: derivatives(h, theta))))(group))
+    hs = jnp.concatenate([r.h for r in results])
+    values = jnp.concatenate([r.value for r in results])
+    gnorms = jnp.concatenate([r.grad_norm for r in results])
+    values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+    best = jnp.argmin(values)
+    return hs[best], gnorms[best], best
+
+
+@_minimiser.defjvp
+def _minimiser_jvp(objective, derivatives, n_steps, tol, primals, tangents):
+    theta, starts = primals
+    dtheta, _ = tangents
+    h, gnorm, best = _minimiser(objective, derivatives, theta, starts, n_steps, tol)
+    if derivatives is None:
+        H = jax.hessian(objective, argnums=0)(h, theta)
+        grad_h = jax.grad(objective, argnums=0)
+    else:
+        H = derivatives(h, theta)[2]
+        grad_h = lambda h_, th: derivatives(h_, th)[1]  # noqa: E731
+    _, dgrad = jax.jvp(lambda th: grad_h(h, th), (theta,), (dtheta,))
+    dh = -small_linalg.solve(0.5 * (H + H.T), dgrad)
+    return (h, gnorm, best), (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best))
+
+
+def moreau_minimiser(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
+                     tol: float = 1e-10, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
+    """Lowest of fixed-step damped Newton minimisations of `objective(h, theta)` from several starts.
+
+    `starts` is an `(S, n)` array run with `n_steps` steps each, or a tuple of
+    such arrays with a tuple of step counts (e.g. a well-converged warm start
+    with few steps and cold starts with more). `derivatives(h, theta) ->
+    (value, gradient, Hessian)` may replace autodiff (a closed form is much
+    cheaper). Returns `(h (n,), grad_norm (), start_index ())`. Differentiable
+    in `theta` (any pytree) by the implicit function theorem at the returned
+    optimum: `dh = -H^{-1} d_theta grad_h objective` (a switch of the selected
+    start is not differentiated); `starts` is not differentiated.
+    """
+    if not isinstance(starts, (tuple, list)):
+        starts, n_steps = (starts,), (n_steps,)
+    starts = tuple(jax.lax.stop_gradient(s) for s in starts)
+    return _minimiser(objective, derivatives, theta, starts, tuple(int(k) for k in n_steps), tol)
 
 
 def moreau_prox(

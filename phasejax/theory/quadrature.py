@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.scipy.special import ndtri
+from jax.scipy.special import ndtr, ndtri
 
 Array = jax.Array
 
@@ -68,28 +68,8 @@ def gauss_hermite(dim: int, order: int) -> Quadrature:
     wgrids = np.meshgrid(*([w] * dim), indexing="ij")
     points = np.stack([g.ravel() for g in grids], axis=-1)
     weights = np.prod(np.stack([g.ravel() for g in wgrids], axis=-1), axis=-1)
-    return Quadrature(points=jnp.asarray(points, jnp.float64), weights=jnp.asarray(weights, jnp.float64))
-
-
-def _first_primes(n: int) -> list[int]:
-    primes: list[int] = []
-    k = 2
-    while len(primes) < n:
-        if all(k % p for p in primes):
-            primes.append(k)
-        k += 1
-    return primes
-
-
-def _radical_inverse(indices: np.ndarray, base: int) -> np.ndarray:
-    result = np.zeros(indices.shape, dtype=np.float64)
-    scale = 1.0 / base
-    i = indices.copy()
-    while np.any(i > 0):
-        result += (i % base) * scale
-        i //= base
-        scale /= base
-    return result
+    # numpy float64: the rule keeps its precision whatever the caller's JAX precision (it is converted where used)
+    return Quadrature(points=np.asarray(points, np.float64), weights=np.asarray(weights, np.float64))
 
 
 def quasi_monte_carlo(dim: int, n_points: int) -> Quadrature:
@@ -103,10 +83,13 @@ def quasi_monte_carlo(dim: int, n_points: int) -> Quadrature:
         raise ValueError(f"dim must be a positive integer, got {dim}")
     if int(n_points) != n_points or n_points < 2:
         raise ValueError(f"n_points must be an integer >= 2, got {n_points}")
-    idx = np.arange(20, 20 + int(n_points), dtype=np.int64)
-    u = np.stack([_radical_inverse(idx, b) for b in _first_primes(dim)], axis=-1)
-    points = ndtri(jnp.asarray(u, jnp.float64))
-    weights = jnp.full((int(n_points),), 1.0 / n_points, dtype=jnp.float64)
+    from scipy.special import ndtri as np_ndtri
+    from scipy.stats import qmc
+
+    sampler = qmc.Halton(int(dim), scramble=False)
+    sampler.fast_forward(20)
+    points = np_ndtri(sampler.random(int(n_points)))
+    weights = np.full((int(n_points),), 1.0 / n_points, dtype=np.float64)
     return Quadrature(points=points, weights=weights)
 
 
@@ -115,3 +98,327 @@ def default_quadrature(dim: int, order: int = 10, n_qmc: int = 8192) -> Quadratu
     if dim <= 4:
         return gauss_hermite(dim, order)
     return quasi_monte_carlo(dim, n_qmc)
+
+
+# ----------------------------------------------------------------------------
+# Quadrature schemes: rules that may adapt to the state, with replicas for error estimates
+# ----------------------------------------------------------------------------
+#
+# A scheme provides `frame(ov, params)` (state-dependent orientation data of
+# the rule, computed once per solve and not differentiated; `None` for fixed
+# rules), `main(ov, params, frame) -> Quadrature` (the rule the state
+# evolution iterates with; it may depend on the overlaps) and
+# `replicas(ov, params, frame) -> (Quadrature, weights (K, N))`: K randomised
+# versions of the rule (each a row of weights over the returned nodes) whose
+# spread estimates the main rule's error. `shares_main_nodes` says whether the
+# replica nodes are the main rule's (then no new proximal problems are solved).
+
+
+def _de_piece(lo: Array, hi: Array, n: int, shift, U: float) -> tuple[Array, Array]:
+    """Nodes `s` and weights of `int g(s) phi(s) ds` over `s in (Phi^{-1}(lo), Phi^{-1}(hi))`, `0 <= lo < hi <= 1`.
+
+    Double-exponential (tanh-sinh) rule in `t = Phi(s)`: `t = lo + (hi - lo) sigmoid(pi sinh u)` on a
+    uniform grid `u_j = -U + (j + shift) 2U/n`; `1 - t` is formed without cancellation, so nodes deep in
+    either tail are exact. The rule clusters nodes double-exponentially at both ends of the piece.
+    The weights are normalised to the piece's mass `hi - lo`. A random `shift` in [0, 1) makes it an
+    estimate of the piece's integral whose spread over shifts measures the rule's error.
+    """
+    hu = 2.0 * U / n
+    u = -U + (jnp.arange(n) + shift) * hu
+    a = jnp.pi * jnp.sinh(u)
+    sp, sm = jax.nn.sigmoid(a), jax.nn.sigmoid(-a)
+    t = lo + (hi - lo) * sp
+    tc = (1.0 - hi) + (hi - lo) * sm
+    tiny = jnp.finfo(t.dtype).tiny
+    s = jnp.where(t < 0.5, ndtri(jnp.maximum(t, tiny)), -ndtri(jnp.maximum(tc, tiny)))
+    w = hu * jnp.pi * jnp.cosh(u) * sp * sm
+    # normalised so that the piece's mass `hi - lo` is exact (a jump on the split is integrated exactly)
+    return s, (hi - lo) * w / jnp.sum(w)
+
+
+def _pivot_direction(params, ov, maps, eta, xi0):
+    """Unit normal `(2,)` in `xi` space of the jump surface through the pivot `xi0` (where `omega = 0`), for one `eta`.
+
+    At `omega = 0` the dot-product student's loss is even in `h`, so the proximal problem has mirror minima
+    `+-h_V` of equal value, and near the pivot the global minimiser switches between them across the plane
+    `omega . h_V = 0`. `h_V` is found by Newton from a few starts; where it vanishes (one basin at `h = 0`),
+    the direction of steepest change is the softest eigenvector of the Hessian there. Mapped to `xi`
+    coordinates (`omega_l = sigma_l sqrt(q0) xi_l + m_l`), the normal is proportional to `sigma_l h_V,l`.
+    """
+    from phasejax.theory.fields import gaussian_fields
+    from phasejax.theory.prox import newton_steps
+    from phasejax.theory.updates import closed_form_prox
+
+    L = params.L
+    objective, derivatives = closed_form_prox(params)
+    _, hstar = gaussian_fields(maps, params, xi0[:, None], eta[:, None])
+    T = params.target(hstar, params)
+    V_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))[None] / (params.sigma**2)[:, None, None]
+    theta = (jnp.zeros((L, 1), eta.dtype), T, V_inv, params)
+    starts = jnp.asarray([[0.7, -0.7], [0.7, 0.7], [1.5, -1.5], [1.5, 1.5], [2.5, -0.5], [0.5, -2.5]], eta.dtype)
+    runs = jax.vmap(lambda h0: newton_steps(lambda h: objective(h, theta), h0, 25,
+                                            derivatives=None if derivatives is None else
+                                            (lambda h: derivatives(h, theta))))(starts)
+    best = jnp.argmin(jnp.where(jnp.isfinite(runs.value), runs.value, jnp.inf))
+    h = runs.h[best]
+    H = (jax.hessian(lambda hh: objective(hh, theta))(h) if derivatives is None else derivatives(h, theta)[2])
+    evals, evecs = jnp.linalg.eigh(0.5 * (H + H.T))
+    soft = evecs[:, 0]
+    norm_h = jnp.linalg.norm(h)
+    direction = jnp.where(norm_h > 1e-6, h / jnp.maximum(norm_h, 1e-300), soft)
+    n = params.sigma * direction
+    return n / jnp.linalg.norm(n)
+
+
+@struct.dataclass
+class SplitProductRule:
+    """The adapted rule of the two-token, rank-one model (`L = 2`, `r = t = 1`): converged and cheap.
+
+    Where the prox's global minimiser switches basin (or moves steeply) the
+    integrand jumps. For the dot-product student the loss is even in `h`, so
+    at the pivot `omega = 0` the two mirror minima are degenerate, and near it
+    the switch happens across the plane `omega . h_V = 0` (`h_V` the minimiser
+    at `omega = 0`; it depends on the teacher's field, i.e. on `eta`). The rule
+    integrates `eta` on a grid and, for every `eta` node, rotates the student's
+    plane `xi` so that one axis is normal to that plane:
+
+    * `eta`, in sum and difference coordinates `u = (sigma_1, -sigma_2)/|sigma|`
+      (`eta_-`) and its orthogonal (`eta_+`): Gauss-Hermite with `n_smooth` nodes
+      on `eta_+`, a trapezoid rule of step `eta_step` on `[-eta_range, eta_range]`
+      on `eta_-` (uniform nodes reach the tails, where the target is far from
+      uniform and most of `E[f^2]` sits);
+    * `xi`, per `eta` node, in coordinates along and across the switch plane:
+      Gauss-Hermite (`n_smooth`) along it; across it, the real line split where
+      the plane passes (through the pivot `xi0`, `omega(xi0) = 0`) and a tanh-sinh
+      rule of `n_piece` nodes on each side in `Phi(xi_perp)` (nodes cluster
+      double-exponentially at the split, resolving the jump and the steep
+      transition next to it from both sides).
+
+    `n_smooth^2 * ceil(2 eta_range / eta_step) * 2 n_piece` nodes (20736 by
+    default). Replicas (`n_replicas`, drawn from `seed`) shift the trapezoid
+    and tanh-sinh grids by uniform random offsets, which makes those parts
+    unbiased estimates.
+    """
+
+    n_smooth: int = struct.field(pytree_node=False, default=6)
+    eta_step: float = struct.field(pytree_node=False, default=0.6)
+    eta_range: float = struct.field(pytree_node=False, default=7.0)
+    n_piece: int = struct.field(pytree_node=False, default=12)
+    piece_range: float = struct.field(pytree_node=False, default=3.0)
+    n_replicas: int = struct.field(pytree_node=False, default=4)
+    seed: int = struct.field(pytree_node=False, default=0)
+
+    dim = 4
+    shares_main_nodes = False
+
+    def __post_init__(self):
+        for name in ("n_smooth", "n_piece", "n_replicas"):
+            v = getattr(self, name)
+            if int(v) != v or v < (2 if name == "n_replicas" else 1):
+                raise ValueError(f"{name} must be an integer >= {2 if name == 'n_replicas' else 1}, got {v}")
+        for name in ("eta_step", "eta_range", "piece_range"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def n_eta(self) -> int:
+        return int(np.ceil(2 * self.eta_range / self.eta_step))
+
+    @property
+    def size(self) -> int:
+        return self.n_smooth**2 * self.n_eta * 2 * self.n_piece
+
+    @staticmethod
+    def applies_to(params) -> bool:
+        """The rule is built for `L = 2`, `r = t = 1`."""
+        return params.L == 2 and params.r == 1 and params.t == 1
+
+    def _shifts(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        return rng.uniform(size=(self.n_replicas, 2))
+
+    def eta_nodes(self, dtype, eta_shift=0.5):
+        """`eta (K, 2)` nodes and weights `(K,)` of the teacher plane (Gauss-Hermite x shifted trapezoid)."""
+        x, w = np.polynomial.hermite_e.hermegauss(self.n_smooth)
+        x, w = jnp.asarray(x, dtype), jnp.asarray(w / w.sum(), dtype)
+        n_e = self.n_eta
+        eta_m = (jnp.arange(n_e, dtype=dtype) - 0.5 * n_e + eta_shift) * self.eta_step
+        w_e = jnp.exp(-0.5 * eta_m**2) / jnp.sqrt(2 * jnp.pi) * self.eta_step
+        EP, EM = jnp.meshgrid(x, eta_m, indexing="ij")
+        return EP.ravel(), EM.ravel(), (w[:, None] * w_e[None, :]).ravel()
+
+    def frame(self, ov, params, eta_shift=0.5):
+        """The switch-plane normals `(K, 2)` at the `eta` nodes for overlaps `ov` (computed once per solve; not
+        differentiated: the rule's orientation changes only its error, not the integral)."""
+        from phasejax.theory.fields import field_maps
+
+        ov = jax.lax.stop_gradient(ov)
+        dtype = ov.q0.dtype
+        u, v = self._uv(params)
+        EP, EM, _ = self.eta_nodes(dtype, eta_shift)
+        eta = EP[:, None] * v[None] + EM[:, None] * u[None]
+        maps = field_maps(ov, params)
+        xi0 = self._pivot(ov, params)
+        return jax.vmap(lambda e: _pivot_direction(params, ov, maps, e, xi0))(eta)
+
+    @staticmethod
+    def _uv(params):
+        sig = params.sigma
+        norm_s = jnp.sqrt(jnp.sum(sig**2))
+        return jnp.stack([sig[0], -sig[1]]) / norm_s, jnp.stack([sig[1], sig[0]]) / norm_s
+
+    @staticmethod
+    def _pivot(ov, params):
+        """`xi0 (2,)` where `omega = 0` (clipped to [-8, 8])."""
+        q0 = ov.q0[0, 0]
+        sq = jnp.sqrt(jnp.maximum(q0, 1e-300))
+        m_tok = (params.C @ ov.m)[:, 0]
+        return jnp.clip(jnp.where(q0 > 1e-300, -m_tok / (params.sigma * sq), 0.0), -8.0, 8.0)
+
+    def rule(self, ov, params, frame=None, eta_shift=0.5, piece_shift=0.5) -> Quadrature:
+        """The rule at overlaps `ov` for the switch-plane normals `frame (K, 2)` (default: computed at `ov`) and
+        the given grid offsets in [0, 1) (main rule: midpoints)."""
+        if not self.applies_to(params):
+            raise ValueError(f"SplitProductRule needs L = 2 and r = t = 1, got L={params.L}, r={params.r}, "
+                             f"t={params.t}; use SobolRule")
+        dtype = ov.q0.dtype
+        u, v = self._uv(params)
+        x, w = np.polynomial.hermite_e.hermegauss(self.n_smooth)
+        x, w = jnp.asarray(x, dtype), jnp.asarray(w / w.sum(), dtype)
+        EP, EM, W_eta = self.eta_nodes(dtype, eta_shift)
+        eta = EP[:, None] * v[None] + EM[:, None] * u[None]                         # (K, 2)
+        normal = jax.lax.stop_gradient(self.frame(ov, params, eta_shift) if frame is None else frame)  # (K, 2)
+        xi0 = self._pivot(ov, params)
+        along = jnp.stack([-normal[:, 1], normal[:, 0]], axis=1)
+        cut = normal @ xi0                                                          # (K,) split position
+
+        def across(c):
+            lo = ndtr(c)
+            s1, w1 = _de_piece(jnp.zeros((), dtype), lo, self.n_piece, piece_shift, self.piece_range)
+            s2, w2 = _de_piece(lo, jnp.ones((), dtype), self.n_piece, piece_shift, self.piece_range)
+            return jnp.concatenate([s1, s2]), jnp.concatenate([w1, w2])
+
+        S, WS = jax.vmap(across)(cut)                                               # (K, 2 n_piece)
+        K, P, G = eta.shape[0], S.shape[1], x.shape[0]
+        xi = (x[None, :, None, None] * along[:, None, None, :]
+              + S[:, None, :, None] * normal[:, None, None, :])                   # (K, G, P, 2)
+        W = W_eta[:, None, None] * w[None, :, None] * WS[:, None, :]
+        eta_full = jnp.broadcast_to(eta[:, None, None, :], (K, G, P, 2))
+        points = jnp.concatenate([xi, eta_full], axis=-1).reshape(-1, 4)
+        return Quadrature(points=points, weights=W.ravel())
+
+    def main(self, ov, params, frame=None) -> Quadrature:
+        return self.rule(ov, params, frame)
+
+    def replicas(self, ov, params, frame=None) -> tuple[Quadrature, Array]:
+        # the eta offsets move the eta nodes, so every replica needs its own normals
+        rules = [self.rule(ov, params, None, *sh) for sh in self._shifts()]
+        N, K = rules[0].size, len(rules)
+        points = jnp.concatenate([q.points for q in rules])
+        W = jnp.zeros((K, K * N), points.dtype)
+        for k, q in enumerate(rules):
+            W = W.at[k, k * N:(k + 1) * N].set(q.weights)
+        return Quadrature(points=points, weights=jnp.sum(W, 0) / K), W
+
+
+def scrambled_sobol_points(dim: int, log2_n: int, seed: int) -> np.ndarray:
+    """`2**log2_n` Owen-scrambled Sobol points mapped to `N(0, I_dim)` (scipy.stats.qmc), shape `(N, dim)`."""
+    from scipy.stats import qmc
+
+    u = qmc.Sobol(dim, scramble=True, seed=seed).random_base2(log2_n)
+    return np.asarray(ndtri(jnp.asarray(np.clip(u, 1e-16, 1 - 1e-16))))
+
+
+@struct.dataclass
+class SobolRule:
+    """Randomised quasi-Monte Carlo: the union of `n_replicas` independently scrambled Sobol rules.
+
+    The state evolution iterates with the union (`n_replicas * 2**log2_n`
+    equally weighted nodes); each scramble is an unbiased estimate, so the
+    spread of the `n_replicas` sub-rules gives a statistically valid error
+    (`shares_main_nodes`: the error analysis solves no new proximal problems).
+    The general-purpose scheme, for any `L`, `r`, `t`; its error decays like
+    `N^{-1/2}` to `N^{-1}` where the integrand jumps.
+    """
+
+    points: Array
+    dim: int = struct.field(pytree_node=False, default=4)
+    log2_n: int = struct.field(pytree_node=False, default=12)
+    n_replicas: int = struct.field(pytree_node=False, default=4)
+    seed: int = struct.field(pytree_node=False, default=0)
+
+    shares_main_nodes = True
+
+    @classmethod
+    def create(cls, dim: int, log2_n: int = 12, n_replicas: int = 4, seed: int = 0) -> "SobolRule":
+        """`n_replicas` scrambles of `2**log2_n` Sobol points in `dim` dimensions."""
+        if int(dim) != dim or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim}")
+        if int(log2_n) != log2_n or not 1 <= log2_n <= 24:
+            raise ValueError(f"log2_n must be an integer in [1, 24], got {log2_n}")
+        if int(n_replicas) != n_replicas or n_replicas < 2:
+            raise ValueError(f"n_replicas must be an integer >= 2, got {n_replicas}")
+        pts = np.concatenate([scrambled_sobol_points(dim, log2_n, seed * 1009 + k) for k in range(n_replicas)])
+        return cls(points=np.asarray(pts, np.float64), dim=int(dim), log2_n=int(log2_n),
+                   n_replicas=int(n_replicas), seed=int(seed))
+
+    @property
+    def size(self) -> int:
+        return self.n_replicas * 2**self.log2_n
+
+    def frame(self, ov, params):
+        return None
+
+    def main(self, ov, params, frame=None) -> Quadrature:
+        n = self.points.shape[0]
+        return Quadrature(points=self.points.astype(ov.q0.dtype), weights=jnp.full((n,), 1.0 / n, ov.q0.dtype))
+
+    def replicas(self, ov, params, frame=None) -> tuple[Quadrature, Array]:
+        q = self.main(ov, params)
+        per = 2**self.log2_n
+        W = jnp.repeat(jnp.eye(self.n_replicas, dtype=q.weights.dtype), per, axis=1) / per
+        return q, W
+
+
+@struct.dataclass
+class FixedRule:
+    """A fixed `Quadrature` used as a scheme (no adaptation, no replicas: errors are not estimated)."""
+
+    quadrature: Quadrature
+
+    shares_main_nodes = True
+    n_replicas = 0
+
+    @property
+    def dim(self) -> int:
+        return self.quadrature.dim
+
+    @property
+    def size(self) -> int:
+        return self.quadrature.size
+
+    def frame(self, ov, params):
+        return None
+
+    def main(self, ov, params, frame=None) -> Quadrature:
+        return self.quadrature
+
+    def replicas(self, ov, params, frame=None):
+        return None
+
+
+def as_scheme(rule):
+    """A scheme from a `Quadrature` (wrapped in `FixedRule`) or a scheme (returned as is)."""
+    if isinstance(rule, Quadrature):
+        return FixedRule(rule)
+    if isinstance(rule, (FixedRule, SobolRule, SplitProductRule)):
+        return rule
+    raise ValueError(f"quadrature must be a Quadrature or a scheme (SplitProductRule, SobolRule, FixedRule), "
+                     f"got {type(rule).__name__}")
+
+
+def default_scheme(params):
+    """The converged default: `SplitProductRule()` for `L = 2, r = t = 1`, else `SobolRule` with 4 x 4096 points."""
+    if SplitProductRule.applies_to(params):
+        return SplitProductRule()
+    return SobolRule.create(params.L * (params.r + params.t), log2_n=12, n_replicas=4)

@@ -1,4 +1,4 @@
-"""Phase diagram: physics against the paper, resume, sharding, bad grids."""
+"""Phase diagram: physics, error bars, census tracks, resume, sharding, bad grids, files."""
 
 import os
 import textwrap
@@ -6,56 +6,88 @@ import textwrap
 import numpy as np
 import pytest
 
-from phasejax.phase import PhaseGrid, phase_diagram
-from phasejax.theory import gauss_hermite, make_params
+from phasejax.io import read_csv
+from phasejax.phase import PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
+from phasejax.sweep import RunOptions
+from phasejax.theory import SplitProductRule, make_params
 
 PAPER = make_params(1.0, 0.0)   # sigma = 0.5, lambda = 0.01, standard A
-PUBLISHED_ALPHA_C = {0.0: 0.55, 0.2: 0.93, 0.3: 1.24}   # spec section 5
+SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
-def paper_diagram(tmp_path_factory):
-    grid = PhaseGrid.from_ranges(np.round(np.arange(0.4, 1.91, 0.15), 10), [0.0, 0.2, 0.3])
-    return phase_diagram(grid, PAPER, quadrature=gauss_hermite(4, 6), chunk_size=11, progress=False,
-                         run_dir=str(tmp_path_factory.mktemp("pd")))
+def small_diagram(tmp_path_factory):
+    grid = PhaseGrid.from_ranges(np.arange(0.4, 1.61, 0.2), [0.0, 0.3])
+    run = tmp_path_factory.mktemp("pd")
+    return phase_diagram(grid, PAPER, quadrature=SMALL, options=RunOptions(run_dir=str(run), chunk_size=2,
+                                                                         progress=False)), run
 
 
-def test_all_points_converged(paper_diagram):
-    assert np.all(paper_diagram.points["converged"])
+def test_every_point_has_both_branches_with_error_bars(small_diagram):
+    """Both branches everywhere, except the semantic one at the lowest alpha of omega = 0: there the semantic
+    subspace's fixed point collapses to theta = 0 (below weak recovery), the solve slows down critically and
+    may report max_iterations instead of a number (the semantic branch ends near alpha = 0.6 at omega = 0)."""
+    pd, _ = small_diagram
+    t = pd.table
+    assert np.all(np.isfinite(t["e_positional"]))
+    missing = ~np.isfinite(t["e_semantic"])
+    alphas = np.asarray(pd.grid.alphas)
+    assert not np.any(missing[:, alphas > 0.65])
+    ok = np.isfinite(t["delta_e"])
+    assert np.all(t["e_positional_err"] > 0) and np.all(t["delta_e_err"][ok] > 0)
+    assert set(np.unique(t["global_branch"])) <= {0, 1}
+    # the branch is the lowest-e_t distinct fixed point of its subspace
+    pts = pd.points
+    for key in ("is_branch", "distinct"):
+        assert pts[key].dtype == bool
+    assert np.all(pts["distinct"][pts["is_branch"]])
 
 
-@pytest.mark.parametrize("omega", [0.2, 0.3])
-def test_alpha_c_matches_the_paper(paper_diagram, omega):
-    i = list(paper_diagram.grid.omegas).index(omega)
-    assert paper_diagram.thresholds["alpha_c"][i] == pytest.approx(PUBLISHED_ALPHA_C[omega], abs=0.05)
+def test_thresholds_move_the_right_way_and_carry_errors(small_diagram):
+    th = small_diagram[0].thresholds
+    ac, al = th["alpha_c"], th["alpha_l"]
+    assert list(th["alpha_c_status"]) == ["in_grid", "in_grid"]
+    assert np.all(np.diff(ac) > 0)                              # alpha_c grows with omega
+    ok = np.isfinite(al)
+    assert ok[-1] and np.all(ac[ok] <= al[ok] + 1e-9)          # attention beats linear only once semantic
+    assert np.all(np.asarray(th["alpha_c_err"]) > 0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "alpha_c(0) converges to ~0.62 (quadrature orders 6-12, both prox start rules, e_t checked against "
-    "the energetic identity), not the published ~0.55; see README 'Known deviations'"))
-def test_alpha_c_at_omega_0_matches_the_paper(paper_diagram):
-    assert paper_diagram.thresholds["alpha_c"][0] == pytest.approx(PUBLISHED_ALPHA_C[0.0], abs=0.05)
+def test_written_and_loaded_back_are_equal(small_diagram, tmp_path):
+    pd, _ = small_diagram
+    pd.write(str(tmp_path))
+    back = PhaseDiagram.load(str(tmp_path))
+    assert back.grid == pd.grid
+    for k in ("alpha_c", "alpha_c_err", "alpha_l", "alpha_c_status"):
+        np.testing.assert_array_equal(np.asarray(back.thresholds[k]), np.asarray(pd.thresholds[k]))
+    for k in ("q", "m", "train_loss", "train_loss_err", "status", "is_branch"):
+        np.testing.assert_array_equal(np.asarray(back.points[k]), np.asarray(pd.points[k]))
+    for k in ("delta_e", "global_branch", "n_fixed_points_positional"):
+        np.testing.assert_array_equal(np.asarray(back.table[k]), np.asarray(pd.table[k]))
+    csv = read_csv(str(tmp_path / "points.csv"))
+    assert set(csv["status"]) <= {"converged", "max_iterations", "invalid_iterate", "invalid_input"}
+    header = read_csv(str(tmp_path / "thresholds.csv"))
+    for col in ("omega", "alpha_c", "alpha_l", "alpha_c_err", "alpha_l_err", "alpha_c_status"):
+        assert col in header
 
 
-def test_thresholds_move_the_right_way(paper_diagram):
-    ac, al = paper_diagram.thresholds["alpha_c"], paper_diagram.thresholds["alpha_l"]
-    assert np.all(np.isfinite(ac)) and np.all(np.diff(ac) > 0)      # alpha_c grows with omega
-    both = np.isfinite(ac) & np.isfinite(al)
-    assert both.any() and np.all(ac[both] < al[both])               # paper: alpha_c < alpha_l
-
-
-def test_killed_sweep_resumes_to_byte_identical_csv(tmp_path):
-    grid = PhaseGrid.from_ranges([0.5, 1.0, 1.5], [0.3])
-    kw = dict(quadrature=gauss_hermite(4, 3), chunk_size=2, progress=False)
-    full = phase_diagram(grid, PAPER, run_dir=str(tmp_path / "full"), **kw)
-    assert phase_diagram(grid, PAPER, run_dir=str(tmp_path / "killed"), max_chunks=1, **kw) is None
-    resumed = phase_diagram(grid, PAPER, run_dir=str(tmp_path / "killed"), **kw)
-    full.write(str(tmp_path / "full"))
-    resumed.write(str(tmp_path / "killed"))
+@pytest.mark.slow       # the generic resume is tested in tests/test_sweep.py
+def test_a_killed_sweep_resumes_to_byte_identical_files(small_diagram, tmp_path):
+    pd, run = small_diagram
+    grid = pd.grid
+    opts = RunOptions(run_dir=str(tmp_path / "killed"), chunk_size=2, progress=False)
+    assert phase_diagram(grid, PAPER, quadrature=SMALL, options=opts.replace(max_chunks=1)) is None
+    resumed = phase_diagram(grid, PAPER, quadrature=SMALL, options=opts)
+    pd.write(str(tmp_path / "full"))
+    resumed.write(str(tmp_path / "resumed"))
     for name in ("points.csv", "diagram.csv", "thresholds.csv"):
-        a = open(tmp_path / "full" / name, "rb").read()
-        b = open(tmp_path / "killed" / name, "rb").read()
-        assert a == b, name
+        assert open(tmp_path / "full" / name, "rb").read() == open(tmp_path / "resumed" / name, "rb").read(), name
+
+
+def test_an_arange_grid_is_the_literal_grid():
+    assert PhaseGrid.from_ranges(np.arange(0.4, 0.9, 0.1), [0.3]) == PhaseGrid.from_ranges([0.4, 0.5, 0.6, 0.7, 0.8], [0.3])
+    assert PhaseGrid.from_ranges(np.arange(0.4, 0.9, 0.1), [0.3]).alphas[2] == 0.6
 
 
 @pytest.mark.parametrize("alphas,omegas,match", [
@@ -64,27 +96,44 @@ def test_killed_sweep_resumes_to_byte_identical_csv(tmp_path):
 ])
 def test_bad_grid_values_fail_before_any_compute(tmp_path, alphas, omegas, match):
     with pytest.raises(ValueError, match=match):
-        phase_diagram(PhaseGrid.from_ranges(alphas, omegas), PAPER, run_dir=str(tmp_path / "x"))
+        phase_diagram(PhaseGrid.from_ranges(alphas, omegas), PAPER, options=RunOptions(run_dir=str(tmp_path / "x")))
     assert not os.path.exists(tmp_path / "x")
 
 
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="seeds"):
+        PhaseConfig(seeds={"positional": [(0.02, 0.2, 14.6, 0.0)], "semantic": []})
+
+
+@pytest.mark.slow       # sharding over forced host devices is tested generically in tests/test_sweep.py
 def test_eight_forced_host_devices_equal_one_device(tmp_path, on_host_devices):
     code = textwrap.dedent(f"""
         import numpy as np, jax
         from phasejax.phase import PhaseGrid, phase_diagram
-        from phasejax.theory import gauss_hermite, make_params
+        from phasejax.sweep import RunOptions
+        from phasejax.theory import SplitProductRule, make_params
         assert len(jax.devices()) == 8, jax.devices()
-        grid = PhaseGrid.from_ranges([0.5, 1.0, 1.5, 2.0], [0.1, 0.3])
-        kw = dict(quadrature=gauss_hermite(4, 3), chunk_size=8, progress=False)
+        grid = PhaseGrid.from_ranges([1.0, 1.5], [0.1, 0.3])
+        rule = SplitProductRule(n_smooth=3, eta_step=1.2, n_piece=6, n_replicas=2)
         p = make_params(1.0, 0.0)
-        many = phase_diagram(grid, p, run_dir={str(tmp_path / 'eight')!r}, devices=jax.devices(), **kw)
-        one = phase_diagram(grid, p, run_dir={str(tmp_path / 'one')!r}, devices=jax.devices()[:1], **kw)
-        for k in one.points:
-            if k == "residual":   # rounding-level noise below the tolerance: compare against it
-                assert np.all(many.points[k] < 1e-8) and np.all(one.points[k] < 1e-8)
-                continue
+        opts = RunOptions(chunk_size=4, progress=False)
+        many = phase_diagram(grid, p, quadrature=rule, options=opts.replace(devices=jax.devices()))
+        one = phase_diagram(grid, p, quadrature=rule, options=opts.replace(devices=jax.devices()[:1]))
+        for k in ("q", "m", "V", "theta", "train_loss", "test_error", "iterations", "status"):
             np.testing.assert_allclose(np.asarray(many.points[k], float), np.asarray(one.points[k], float),
-                                       rtol=1e-6, atol=1e-10, err_msg=k)
+                                       rtol=1e-6, atol=1e-7, err_msg=k)
         print("EQUAL")
     """)
     assert "EQUAL" in on_host_devices(code)
+
+
+def test_committed_main_job_matches_the_converged_thresholds():
+    """The committed default run (`phasejax phase-diagram`) has alpha_c(0) = 0.612 +- 0.005 and
+    alpha_c(0.3) = 1.2515 +- 0.003 (issue 10's converged values), with error bars inside those tolerances."""
+    th = read_csv(os.path.join(ROOT, "results", "phase_diagram", "thresholds.csv"))
+    w = np.asarray(th["omega"])
+    for omega, ref, tol in ((0.0, 0.612, 0.005), (0.3, 1.2515, 0.003)):
+        i = int(np.argmin(np.abs(w - omega)))
+        assert abs(w[i] - omega) < 1e-9, f"omega = {omega} not in the committed grid"
+        assert abs(th["alpha_c"][i] - ref) <= tol, (omega, th["alpha_c"][i])
+        assert th["alpha_c_err"][i] <= tol

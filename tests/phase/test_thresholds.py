@@ -1,13 +1,15 @@
 import numpy as np
 import pytest
 
-from phasejax.phase import alpha_c, alpha_l, first_downcrossing
+from phasejax.phase import alpha_c, alpha_c_with_error, alpha_l, crossing_status, first_downcrossing, first_upcrossing
+from phasejax.phase.thresholds import root_with_error
 
 
 def test_root_of_a_cubic_is_exact_off_grid():
     x = np.round(np.arange(0.2, 2.01, 0.2), 10)
     y = -(x - 0.737) * (x + 2.0) * (x + 5.0)
     assert first_downcrossing(x, y) == pytest.approx(0.737, abs=1e-10)
+    assert first_upcrossing(x, -y) == pytest.approx(0.737, abs=1e-10)
 
 
 def test_root_of_a_smooth_curve_beats_grid_spacing():
@@ -32,3 +34,25 @@ def test_alpha_c_and_alpha_l_on_synthetic_branches():
     assert alpha_l(a, err_pos, err_sem, e_pos, e_sem, 0.4) == pytest.approx(2.0)
     # the global error jumps below the baseline at the switch itself
     assert alpha_l(a, err_pos, 0.3 + 0 * a, e_pos, e_sem, 0.4) == pytest.approx(1.1)
+
+
+def test_status_says_where_a_threshold_lies():
+    x = np.linspace(0.5, 2.0, 7)
+    assert crossing_status(1.0 - x) == "in_grid"
+    assert crossing_status(-x) == "below_grid"          # already negative at the first alpha
+    assert crossing_status(x) == "above_grid"           # not yet negative at the last alpha
+    assert crossing_status(np.full_like(x, np.nan)) == "undetermined"
+    root, err, status = alpha_c_with_error(x, np.zeros_like(x), x + 1.0, np.zeros_like(x))
+    assert np.isnan(root) and np.isnan(err) and status == "above_grid"
+
+
+def test_error_of_a_root_follows_the_error_bars_and_the_slope():
+    x = np.linspace(0.0, 2.0, 11)
+    slope, dy = -0.01, 1e-4
+    y = slope * (x - 1.234)
+    root, err, status = root_with_error(x, y, np.full_like(x, dy))
+    assert status == "in_grid" and root == pytest.approx(1.234, abs=1e-12)
+    assert err == pytest.approx(dy / abs(slope), rel=1e-6)      # linear curve: no interpolation error
+    # error bars larger than the curve's range inside the grid: the root cannot be placed
+    _, err_big, _ = root_with_error(x, y, np.full_like(x, 0.05))
+    assert err_big == np.inf

@@ -3,15 +3,18 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from phasejax.sweep import RunOptions
 import pytest
 
+from phasejax.precision import float64_scope, x64_enabled
+from phasejax.sweep import RunOptions
 from phasejax.tasks.counting import (
     COUNTING_CONFIGS,
     CountingConfig,
     CountingGrid,
+    CountingRuns,
+    construction_accuracy,
     counting_logits,
+    counting_phase_diagrams,
     counting_run,
     counting_sweep,
     init_counting_params,
@@ -75,7 +78,7 @@ def test_explicit_constructions_are_exact_on_every_sequence(T, L, d):
 
 
 def test_explicit_constructions_are_exact_at_the_papers_size():
-    seqs = np.asarray(sample_sequences(jax.random.PRNGKey(1), HistogramTask(32, 10), 50_000))
+    seqs = np.asarray(sample_sequences(jax.random.PRNGKey(1), HistogramTask(32, 10), 20_000))
     rel = relation_counting_params(HistogramTask(32, 10, bos=True))
     assert rel["W1"].shape == (32, 1)                           # d = T, p = 1
     assert _accuracy(rel, HistogramTask(32, 10, bos=True), COUNTING_CONFIGS["dot+BOS+softmax"], seqs) == 1.0
@@ -86,11 +89,29 @@ def test_explicit_constructions_are_exact_at_the_papers_size():
         relation_counting_params(HistogramTask(32, 10, bos=True), d=16)
 
 
-def test_six_configurations():
+def test_six_configurations_and_case_insensitive_names():
     assert list(COUNTING_CONFIGS) == ["linear", "linear+softmax", "dot", "dot+softmax", "dot+BOS", "dot+BOS+softmax"]
     assert CountingConfig.from_name("dot+BOS").bos
-    with pytest.raises(ValueError, match="unknown configuration"):
-        CountingConfig.from_name("mlp")
+    for spelling in ("DOT+bos+Softmax", "dot_BOS_softmax", " dot+bos+softmax "):
+        assert COUNTING_CONFIGS[spelling] == COUNTING_CONFIGS["dot+BOS+softmax"]
+    assert COUNTING_CONFIGS["dot+BOS+softmax"].dir_name == "dot_BOS_softmax"
+    for lookup in (lambda: CountingConfig.from_name("mlp"), lambda: COUNTING_CONFIGS["mlp"]):
+        with pytest.raises(ValueError, match="unknown configuration 'mlp'"):
+            lookup()
+    with pytest.raises(KeyError):   # still a KeyError for mapping code
+        COUNTING_CONFIGS["mlp"]
+
+
+def test_construction_accuracy_in_float64_equals_float32():
+    task = HistogramTask(4, 5)
+    seqs = all_sequences(task)
+    cfg = COUNTING_CONFIGS["linear"]
+    acc32 = construction_accuracy(inventory_counting_params(task), task, cfg, seqs)
+    with float64_scope():
+        params = inventory_counting_params(task, dtype=jnp.float64)
+        assert params["W1"].dtype == jnp.float64
+        acc64 = construction_accuracy(params, task, cfg, seqs)
+    assert float(acc32) == float(acc64) == 1.0
 
 
 @pytest.mark.parametrize("name", ["dot+BOS+softmax", "linear"])
@@ -110,19 +131,37 @@ def test_masked_padding_trains_like_the_unpadded_model(name):
     np.testing.assert_array_equal(padded["W2"][p:], padded0["W2"][p:])
 
 
-def test_small_vmapped_sweep_equals_its_runs_one_by_one(tmp_path):
+def test_small_vmapped_sweep_equals_its_runs_one_by_one_resumes_and_round_trips(tmp_path):
     task, cfg = HistogramTask(6, 5), COUNTING_CONFIGS["dot+softmax"]
     grid = CountingGrid(ds=(2, 4), ps=(1, 3), seeds=(0, 1))
-    kw = dict(task=task, cfg=cfg, d_max=4, p_max=3, steps=30, batch_size=16, n_test=256)
-    swept = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, options=RunOptions(run_dir=str(tmp_path), chunk_size=3, progress=False))
+    kw = dict(task=task, cfg=cfg, d_max=4, p_max=3, steps=20, batch_size=16, n_test=256)
+    options = RunOptions(run_dir=str(tmp_path / "run"), chunk_size=3, progress=False)
+    sweep = lambda: counting_sweep(grid, task, "DOT+softmax", steps=20, batch_size=16, n_test=256,  # noqa: E731
+                                   options=options)
+    swept = sweep()
     one = jax.jit(lambda s, d, p: counting_run(s, d, p, **kw))
     tasks = grid.tasks()
     for i in range(len(tasks["d"])):
         r = one(tasks["seed"][i], tasks["d"][i], tasks["p"][i])
-        np.testing.assert_allclose(swept["final_loss"][i], r["final_loss"], rtol=1e-5)
-        np.testing.assert_allclose(swept["accuracy"][i], r["accuracy"], atol=2 / 1280)   # float32 ties at most
-    again = counting_sweep(grid, task, cfg, steps=30, batch_size=16, n_test=256, options=RunOptions(run_dir=str(tmp_path), chunk_size=3, progress=False))
-    np.testing.assert_array_equal(again["accuracy"], swept["accuracy"])   # resumed from disk
+        np.testing.assert_allclose(swept.runs["final_loss"][i], r["final_loss"], rtol=1e-5)
+        np.testing.assert_allclose(swept.runs["accuracy"][i], r["accuracy"], atol=2 / 1280)   # float32 ties at most
+    np.testing.assert_array_equal(sweep().runs["accuracy"], swept.runs["accuracy"])   # resumed from disk
+    assert swept.names == ["dot+softmax"] and set(swept.runs["config"]) == {"dot+softmax"}
+    swept.write(str(tmp_path / "out"))
+    for loaded in (CountingRuns.load(str(tmp_path / "out")), CountingRuns.from_csv(str(tmp_path / "out" / "runs.csv"))):
+        for k, v in swept.runs.items():
+            np.testing.assert_array_equal(loaded.runs[k], v, err_msg=k)
+    assert CountingRuns.load(str(tmp_path / "out")).config == swept.config
+
+
+def test_several_configurations_resume_in_their_own_run_directories(tmp_path):
+    task, grid = HistogramTask(4, 3), CountingGrid(ds=(2,), ps=(2,), seeds=(0,))
+    kw = dict(steps=3, batch_size=4, n_test=16, options=RunOptions(run_dir=str(tmp_path), progress=False))
+    both = counting_phase_diagrams(grid, task, ["linear", "dot+BOS"], **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dot_BOS", "linear"]
+    assert both.names == ["linear", "dot+BOS"] and set(both.config) == {"linear", "dot+BOS"}
+    np.testing.assert_array_equal(both.select("DOT_bos")["accuracy"],
+                                  counting_phase_diagrams(grid, task, "dot+BOS", **kw).runs["accuracy"])
 
 
 def test_bad_task_inputs():
@@ -130,7 +169,8 @@ def test_bad_task_inputs():
         HistogramTask(T=0)
     with pytest.raises(ValueError, match="mixing"):
         CountingConfig("mlp")
-    with pytest.raises(ValueError, match="d and p"):
+    with pytest.raises(ValueError, match="ds"):
         CountingGrid(ds=(0, 2))
     with pytest.raises(ValueError, match="steps"):
         counting_sweep(CountingGrid(ds=(2,), ps=(2,), seeds=(0,)), HistogramTask(4, 3), COUNTING_CONFIGS["dot"], steps=0)
+    assert not x64_enabled()

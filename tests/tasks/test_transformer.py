@@ -61,3 +61,38 @@ def test_bad_masks():
         attention_mask("both", 8)
     with pytest.raises(ValueError, match="even"):
         attention_mask("full", 7)
+
+
+def test_two_solutions_sweep_equals_its_run_and_round_trips(tmp_path):
+    from phasejax.sweep import RunOptions
+    from phasejax.tasks.transformer import TwoSolutions, TwoSolutionsConfig, two_solutions, two_solutions_run
+
+    config = TwoSolutionsConfig(task=TASK, d=8, p=8, steps=4, sgd_steps=3, batch_size=8, n_test=32, n_probe=16,
+                                n_show=2)
+    result = two_solutions(config, seeds=(3,), solutions="positional", options=RunOptions(progress=False))
+    one = jax.jit(lambda: two_solutions_run(1, 3, config=config))()
+    for key in ("accuracy_masked", "accuracy_after", "weight_move_sgd", "input_dependence_before"):
+        np.testing.assert_allclose(result.runs[key][0], one[key], rtol=1e-5, err_msg=key)
+    # positional-only attention cannot depend on the tokens: the same pattern for every probe sequence
+    before = result.attention["positional", "before"][0]
+    np.testing.assert_allclose(before, np.broadcast_to(before[0], before.shape), atol=1e-6)
+    assert float(result.runs["input_dependence_before"][0]) < 1e-5
+    result.write(str(tmp_path))
+    loaded = TwoSolutions.load(str(tmp_path))
+    for k, v in result.runs.items():
+        np.testing.assert_array_equal(loaded.runs[k], v, err_msg=k)
+    for k, v in result.attention.items():
+        np.testing.assert_array_equal(loaded.attention[k], v)
+    np.testing.assert_array_equal(loaded.tokens, result.tokens)
+    assert loaded.config == result.config
+
+
+def test_bad_two_solution_inputs():
+    from phasejax.tasks.transformer import TwoSolutionsConfig, two_solutions
+
+    with pytest.raises(ValueError, match="seeds"):
+        two_solutions(TwoSolutionsConfig(), seeds=())
+    with pytest.raises(ValueError, match="d must be even"):
+        TwoSolutionsConfig(d=7)
+    with pytest.raises(ValueError, match="solutions"):
+        two_solutions(TwoSolutionsConfig(), seeds=(0,), solutions=("full",))

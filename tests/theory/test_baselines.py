@@ -33,6 +33,12 @@ def test_linear_baseline_against_monte_carlo():
 
 
 def test_linear_baseline_vmaps_over_omega():
+    """Under a user's vmap the float64 scope is the user's to open (the theory refuses a float32 trace)."""
+    from phasejax import float64_scope
+
     p = make_params(1.0, 0.0)
-    out = jax.vmap(lambda w: linear_baseline_error(p.replace(omega=w)))(np.array([0.0, 0.5, 1.0]))
+    with float64_scope():
+        out = jax.vmap(lambda w: linear_baseline_error(p.replace(omega=w)))(np.array([0.0, 0.5, 1.0]))
     assert out.shape == (3,) and float(out[2]) < 1e-28 and float(out[0]) > float(out[1])
+    with pytest.raises(ValueError, match="float64"):
+        jax.vmap(lambda w: linear_baseline_error(p.replace(omega=w)))(np.array([0.0, 0.5, 1.0]))

@@ -5,6 +5,14 @@ import pytest
 from phasejax.theory import default_quadrature, gauss_hermite, quasi_monte_carlo
 
 
+@pytest.fixture(autouse=True)
+def _float64():
+    from phasejax import float64_scope
+
+    with float64_scope():
+        yield
+
+
 def test_gauss_hermite_normalised_and_exact_on_polynomials():
     q = gauss_hermite(3, 5)
     chex.assert_shape(q.points, (125, 3))
@@ -40,3 +48,96 @@ def test_default_quadrature_switches_rule_with_dimension():
 def test_gauss_hermite_rejects_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         gauss_hermite(**kwargs)
+
+
+# --- the adapted rules (float64) -------------------------------------------------------------------------------
+
+from scipy.special import ndtr  # noqa: E402
+
+from phasejax import float64_scope  # noqa: E402
+from phasejax.theory import SobolRule, SplitProductRule, make_params  # noqa: E402
+from phasejax.theory.fields import Overlaps  # noqa: E402
+
+
+@pytest.fixture
+def x64():
+    with float64_scope():
+        yield
+
+
+def _overlaps(q0=0.05, m=0.25):
+    import jax.numpy as jnp
+
+    return Overlaps(q0=jnp.full((1, 1), q0), m=jnp.full((1, 1), m), V0=jnp.full((1, 1), 11.0),
+                    theta0=jnp.zeros((1, 1)))
+
+
+def test_split_rule_integrates_a_step_across_its_switch_plane_exactly(x64):
+    """A jump on the plane the rule is split on, times a smooth eta factor: exact to rounding."""
+    import jax.numpy as jnp
+
+    params, ov = make_params(2.0, 0.3), _overlaps()
+    rule = SplitProductRule(n_smooth=6, eta_step=0.5, n_piece=10)
+    K = rule.n_smooth * rule.n_eta
+    angle = 0.7
+    normal = jnp.tile(jnp.array([np.cos(angle), np.sin(angle)]), (K, 1))
+    q = rule.rule(ov, params, frame=normal)
+    assert q.size == rule.size
+    z = np.asarray(q.points)
+    xi0 = np.asarray(SplitProductRule._pivot(ov, params))
+    c = float(np.array([np.cos(angle), np.sin(angle)]) @ xi0)
+    step = (z[:, :2] @ np.array([np.cos(angle), np.sin(angle)]) > c).astype(float)
+    w = np.asarray(q.weights)
+    assert w.sum() == pytest.approx(1.0, abs=1e-10)
+    # E[1{n.xi > c}] = 1 - Phi(c); E[1{n.xi > c} cos(eta_1)] = (1 - Phi(c)) exp(-1/2)
+    assert w @ step == pytest.approx(1.0 - ndtr(c), abs=1e-10)
+    assert w @ (step * np.cos(z[:, 2])) == pytest.approx((1.0 - ndtr(c)) * np.exp(-0.5), abs=1e-8)
+
+
+def test_split_rule_on_smooth_integrands_and_its_replicas(x64):
+    """Smooth integrands: the main rule is accurate, and the replicas' spread covers its actual error."""
+    params, ov = make_params(2.0, 0.3), _overlaps()
+    rule = SplitProductRule(n_replicas=4)
+    q = rule.main(ov, params)
+    rq, W = rule.replicas(ov, params)
+    W = np.asarray(W)
+    assert W.shape == (4, 4 * rule.size)
+    np.testing.assert_allclose(W.sum(1), 1.0, atol=1e-10)
+
+    def g(z):
+        return np.cos(z[:, 0]) * np.cos(z[:, 1]) * np.exp(0.3 * z[:, 2]) * z[:, 3] ** 2
+
+    exact = np.exp(-1.0) * np.exp(0.045) * 1.0
+    main = np.asarray(q.weights) @ g(np.asarray(q.points))
+    reps = W @ g(np.asarray(rq.points))
+    assert main == pytest.approx(exact, rel=2e-3)
+    assert abs(main - exact) < 3 * reps.std(ddof=1)
+    assert abs(reps.mean() - exact) < 3 * reps.std(ddof=1) / 2
+
+
+def test_sobol_rule_is_reproducible_and_its_replicas_partition_the_nodes(x64):
+    a, b = SobolRule.create(4, log2_n=10, n_replicas=4, seed=3), SobolRule.create(4, log2_n=10, n_replicas=4, seed=3)
+    np.testing.assert_array_equal(np.asarray(a.points), np.asarray(b.points))
+    params, ov = make_params(2.0, 0.3), _overlaps()
+    q, W = a.replicas(ov, params)
+    W = np.asarray(W)
+    assert W.shape == (4, 4096) and np.all((W > 0).sum(0) == 1)
+    np.testing.assert_allclose(W.sum(1), 1.0, atol=1e-12)
+    z = np.asarray(q.points)
+    est = W @ (np.cos(z[:, 0]) * np.cos(z[:, 3]))
+    # each scramble is an unbiased estimate; the spread is a valid error bar
+    err = est.std(ddof=1) / 2.0
+    assert abs(est.mean() - np.exp(-1.0)) < 5 * err + 1e-6
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_smooth=0), dict(n_piece=1.5), dict(eta_step=0.0), dict(n_replicas=1)])
+def test_split_rule_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        SplitProductRule(**kwargs)
+
+
+def test_sobol_rule_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="log2_n"):
+        SobolRule.create(4, log2_n=0)
+    with pytest.raises(ValueError, match="dim"):
+        SobolRule.create(0)

@@ -1,0 +1,153 @@
+"""Counting (histogram task) phase diagrams over embedding size d and hidden size p, six configurations.
+
+    phasejax counting                      # CPU preset: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min)
+    phasejax counting --preset gpu         # the paper's grid: d, p in 1..128, 5 seeds, 20000 steps (GPU)
+    phasejax counting --replot             # redraw phase_diagrams.png from <out>/runs.csv, no training
+
+For every configuration (linear, linear+softmax, dot, dot+softmax, dot+BOS,
+dot+BOS+softmax) the whole (d, p, seed) grid is padded to its largest d and p
+and trained in vmapped chunks (online Adam, a fresh batch per step), resumable
+under --run-dir/<config>/. Writes --out (default results/counting/): runs.csv
+(config, T, L, d, p, seed, accuracy, final_loss), counting.json (the
+configurations), phase_diagrams.png (best and mean accuracy over seeds; colour
+scale from the majority-class accuracy), constructions.csv (the explicit
+constructions' accuracy on fresh sequences) and summary.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+)
+
+NAME = "counting"
+HELP = "counting (histogram task) accuracy over (d, p) for the six attention configurations"
+
+PRESETS = {
+    # fits the 15-minute CPU budget; T and L are the paper's, the grid and the steps are not
+    "cpu": dict(ds=[4, 16, 64], ps=[4, 16, 64], seeds=2, steps=2500, batch_size=128),
+    "gpu": dict(ds=[2**k for k in range(8)], ps=[2**k for k in range(8)], seeds=5, steps=20000, batch_size=128),
+}
+
+
+def _config_name(text: str) -> str:
+    import argparse
+
+    from phasejax.tasks.counting import COUNTING_CONFIGS
+
+    try:
+        return COUNTING_CONFIGS[text].name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_arguments(ap) -> None:
+    add_preset(ap, "cpu: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); "
+                   "gpu: d, p in 1..128, 5 seeds, 20000 steps")
+    ap.add_argument("--configs", nargs="+", type=_config_name, default=None,
+                    help="subset of the six configurations (case-insensitive; default: all six)")
+    ap.add_argument("--T", type=positive_int, default=32, help="alphabet size")
+    ap.add_argument("--L", type=positive_int, default=10, help="sequence length")
+    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="embedding sizes (default: the preset's)")
+    ap.add_argument("--ps", type=positive_int, nargs="+", default=None, help="hidden sizes (default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per grid point (default: the preset's)")
+    ap.add_argument("--steps", type=positive_int, default=None, help="online Adam steps (default: the preset's)")
+    ap.add_argument("--batch-size", type=positive_int, default=None, help="sequences per step (default: the preset's)")
+    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+    ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per run")
+    add_dtype(ap)
+    ap.add_argument("--replot", action="store_true", help="only redraw the figure from <out>/runs.csv")
+    ap.add_argument("--out", default=os.path.join("results", "counting"), help="output folder")
+    add_run_options(ap, chunk_size=64)
+
+
+def _plot(runs, out: str, title: str, T: int, L: int) -> str:
+    from phasejax.plotting_experiments import plot_counting_phase_diagrams
+
+    results = {name: runs.select(name) for name in runs.names}
+    return plot_counting_phase_diagrams(results, os.path.join(out, "phase_diagrams.png"), title, T=T, L=L)
+
+
+def _title(T, L, steps, batch, seeds) -> str:
+    return (f"Histogram task T={T}, L={L}: test accuracy after {steps} online Adam steps (batch {batch}); "
+            f"best and mean over {seeds} seeds")
+
+
+def run(args) -> int:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from phasejax.io import atomic_write_json, read_json
+    from phasejax.tasks.counting import (
+        COUNTING_CONFIGS,
+        CountingGrid,
+        CountingRuns,
+        construction_accuracy,
+        counting_phase_diagrams,
+        inventory_counting_params,
+        relation_counting_params,
+    )
+    from phasejax.tasks.histogram import HistogramTask, sample_sequences
+
+    if args.replot:
+        path = os.path.join(args.out, "runs.csv")
+        if not os.path.exists(path):
+            raise SystemExit(f"error: --replot needs {path}")
+        runs = CountingRuns.from_csv(path)
+        s = read_json(os.path.join(args.out, "summary.json")) if os.path.exists(
+            os.path.join(args.out, "summary.json")) else {}
+        T, L = int(runs.runs["T"][0]), int(runs.runs["L"][0])
+        seeds = len(np.unique(runs.runs["seed"]))
+        print_paths([_plot(runs, args.out, _title(T, L, s.get("steps", "?"), s.get("batch_size", "?"), seeds), T, L)])
+        return 0
+
+    preset = PRESETS[args.preset]
+    ds, ps = pick(args, "ds", preset), pick(args, "ps", preset)
+    seeds, steps, batch = pick(args, "seeds", preset), pick(args, "steps", preset), pick(args, "batch_size", preset)
+    names = args.configs or list(COUNTING_CONFIGS)
+    if len(set(names)) != len(names):
+        raise SystemExit(f"error: --configs repeats a configuration: {names}")
+    task = HistogramTask(args.T, args.L)
+    grid = CountingGrid(ds=ds, ps=ps, seeds=tuple(range(seeds)))
+    options = run_options_from(args, args.out)
+    t0 = time.perf_counter()
+    runs = counting_phase_diagrams(grid, task, names, steps=steps, batch_size=batch, learning_rate=args.lr,
+                                   n_test=args.n_test, dtype=dtype_from(args), options=options)
+    if runs is None:
+        return not_finished(options)
+    seconds = time.perf_counter() - t0
+    for name in runs.names:
+        acc = runs.select(name)["accuracy"]
+        print(f"{name:16s} {len(acc)} runs; best {acc.max():.4f}, runs at 100%: {int(np.sum(acc >= 1.0))}")
+    paths = runs.write(args.out)
+    paths.append(_plot(runs, args.out, _title(args.T, args.L, steps, batch, seeds), args.T, args.L))
+
+    # explicit constructions on fresh sequences
+    seqs = sample_sequences(jax.random.PRNGKey(12345), task, 20000)
+    cons = dict(construction=[], config=[], d=[], p=[], accuracy=[])
+    for label, cfg_name, params in (
+            ("relation (d=T, p=1)", "dot+BOS+softmax", relation_counting_params(HistogramTask(args.T, args.L, True))),
+            ("inventory (d=T, p=T)", "linear", inventory_counting_params(task))):
+        acc = float(construction_accuracy(params, task, COUNTING_CONFIGS[cfg_name], jnp.asarray(seqs)))
+        for k, v in zip(cons, (label, cfg_name, params["E"].shape[1], params["b1"].shape[0], acc)):
+            cons[k].append(v)
+    from phasejax.io import write_csv
+
+    paths.append(write_csv(os.path.join(args.out, "constructions.csv"), cons))
+    paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
+        preset=args.preset, T=args.T, L=args.L, ds=list(ds), ps=list(ps), seeds=seeds, steps=steps, batch_size=batch,
+        learning_rate=args.lr, n_test=args.n_test, dtype=args.dtype, total_seconds=seconds, **environment())))
+    print(f"total {seconds:.0f} s")
+    print_paths(paths)
+    return 0

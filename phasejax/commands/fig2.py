@@ -1,0 +1,134 @@
+"""Figure 2 of the paper: trained tied-attention students from both informed inits against the state evolution.
+
+    phasejax fig2                            # CPU preset: d = 1000, omega = 0.3, 20 alphas in [0.1, 2], 5 seeds
+    phasejax fig2 --d 200 --seeds 3          # a quick look
+    phasejax fig2 --preset gpu               # d = 2000, 40 alphas, 10 seeds
+    phasejax fig2 --replot                   # redraw fig2.png from <out>/runs.csv and <out>/theory/
+
+Every (alpha, init, seed) run is one entry of a single vmapped, chunked,
+resumable sweep (`phasejax.empirics.train_students`, L-BFGS to the RMS-gradient
+tolerance of the dtype); the SE curves come from `phasejax.phase.phase_diagram`
+on the same alphas (both subspaces, the linear baseline, alpha_c with its error).
+Writes --out (default results/fig2/): runs.csv and training.json (one row per
+run), theory/ (the phase diagram at this omega), fig2.png (points: mean over
+seeds, error bars: one standard deviation over seeds) and summary.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import (
+    add_run_options,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    run_options_from,
+    unit_interval,
+)
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+    sub_options,
+)
+
+NAME = "fig2"
+HELP = "paper Fig. 2: trained students from positional and semantic inits vs the state evolution"
+
+PRESETS = {
+    "cpu": dict(d=1000, n_alpha=20, seeds=5),
+    "gpu": dict(d=2000, n_alpha=40, seeds=10),
+}
+
+
+def add_arguments(ap) -> None:
+    add_preset(ap, "cpu: d = 1000, 20 alphas, 5 seeds (about 7 min on 2 quiet cores); "
+                   "gpu: d = 2000, 40 alphas, 10 seeds")
+    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
+    ap.add_argument("--omega", type=unit_interval, default=0.3, help="positional share of the target")
+    ap.add_argument("--alpha-min", type=positive_float, default=0.1)
+    ap.add_argument("--alpha-max", type=positive_float, default=2.0)
+    ap.add_argument("--n-alpha", type=positive_int, default=None, help="alphas (default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per (alpha, init) (default: the preset's)")
+    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
+    ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
+    ap.add_argument("--optimizer", default="lbfgs", choices=["lbfgs", "gd", "adam"])
+    ap.add_argument("--gtol", type=positive_float, default=None,
+                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
+    add_dtype(ap)
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
+    ap.add_argument("--out", default=os.path.join("results", "fig2"), help="output folder")
+    add_run_options(ap, chunk_size=20)
+
+
+def alpha_grid(alpha_min: float, alpha_max: float, n: int):
+    """`n` equally spaced alphas, rounded to 10 digits; errors name the flags."""
+    import numpy as np
+
+    if alpha_max < alpha_min or (n > 1 and alpha_max == alpha_min):
+        raise SystemExit(f"error: --alpha-max ({alpha_max}) must exceed --alpha-min ({alpha_min}) when --n-alpha > 1")
+    return np.round(np.linspace(alpha_min, alpha_max, n), 10)
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from phasejax.empirics import TrainConfig, TrainingGrid, TrainingRuns, sample_count, train_students
+    from phasejax.io import atomic_write_json
+    from phasejax.phase import PhaseDiagram, PhaseGrid, phase_diagram
+    from phasejax.plotting_experiments import paired_loss_difference, plot_training_vs_theory
+    from phasejax.theory import make_params
+
+    if args.replot:
+        for need in ("runs.csv", "theory"):
+            if not os.path.exists(os.path.join(args.out, need)):
+                raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
+        runs = TrainingRuns.from_csv(os.path.join(args.out, "runs.csv"))
+        theory = PhaseDiagram.load(os.path.join(args.out, "theory"))
+        print_paths([plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega)])
+        return 0
+    preset = PRESETS[args.preset]
+    d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
+    alphas = alpha_grid(args.alpha_min, args.alpha_max, n_alpha)
+    try:
+        sample_count(alphas[0], d)
+    except ValueError as e:
+        raise SystemExit(f"error: --alpha-min with --d: {e}") from None
+    params = make_params(1.0, args.omega, sigma=args.sigma, lam=args.lam)
+    grid = TrainingGrid(alphas=alphas, omegas=(args.omega,), seeds=tuple(range(seeds)),
+                        inits=("positional", "semantic"), d=d)
+    options = run_options_from(args, args.out)
+    t0 = time.perf_counter()
+    runs = train_students(grid, params, config=TrainConfig(args.optimizer, gtol=args.gtol), dtype=dtype_from(args),
+                          options=sub_options(options, "train"))
+    t_train = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theory = phase_diagram(PhaseGrid(tuple(alphas), (args.omega,)), params,
+                           options=sub_options(options, "theory").replace(chunk_size=8))
+    t_theory = time.perf_counter() - t0
+    if runs is None or theory is None:
+        return not_finished(options)
+    paths = runs.write(args.out)
+    paths += theory.write(os.path.join(args.out, "theory"))
+    paths.append(plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega))
+    r = runs.runs
+    diff, diff_sd = paired_loss_difference(r, grid.alphas, args.omega)
+    ac = float(theory.thresholds["alpha_c"][0])
+    paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
+        preset=args.preset, d=d, omega=args.omega, alphas=list(grid.alphas), seeds=seeds, dtype=args.dtype,
+        optimizer=args.optimizer, n_runs=int(len(r["alpha"])), n_converged=int(np.sum(r["converged"])),
+        train_seconds=t_train, theory_seconds=t_theory, se_alpha_c=ac,
+        se_alpha_c_err=float(theory.thresholds["alpha_c_err"][0]),
+        trained_loss_difference=dict(alpha=list(grid.alphas), mean=diff.tolist(), std=diff_sd.tolist()),
+        **environment())))
+    print(f"{len(r['alpha'])} runs at d={d} in {t_train:.1f} s ({int(np.sum(r['converged']))} converged); "
+          f"SE phase diagram at omega={args.omega:g} in {t_theory:.1f} s: alpha_c = {ac:.4f}")
+    print_paths(paths)
+    return 0

@@ -1,0 +1,86 @@
+"""Phase diagram of positional vs semantic tied attention: the library's main job.
+
+    phasejax phase-diagram                                # the main job: 23 x 11 points, where the thresholds lie
+    phasejax phase-diagram --alpha-min 0.1 --n-alpha 40 --omega-max 0.95 --n-omega 20 --tracks 2
+                                                          # the paper's full diagram, two census tracks
+    phasejax phase-diagram --n-alpha 12 --n-omega 4       # a quick one
+
+Writes to --out: points.csv (every fixed point found, with errors, stability, status), diagram.csv (per point:
+both branches, Delta e_t with its error, the global minimum, the linear baseline, gains, number of fixed
+points), thresholds.csv (omega, alpha_c, alpha_l with 95% errors and statuses, spinodals), summary.json,
+grid.json, phase_map.png and a slice plot. A killed run resumes from --run-dir.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import (
+    add_run_options,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    run_options_from,
+    unit_interval,
+)
+
+NAME = "phase-diagram"
+HELP = "the (alpha, omega) phase diagram with thresholds, error bars and spinodals (main job)"
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--alpha-min", type=positive_float, default=0.3)
+    ap.add_argument("--alpha-max", type=positive_float, default=2.5)
+    ap.add_argument("--n-alpha", type=positive_int, default=23)
+    ap.add_argument("--omega-min", type=unit_interval, default=0.0)
+    ap.add_argument("--omega-max", type=unit_interval, default=0.5)
+    ap.add_argument("--n-omega", type=positive_int, default=11)
+    ap.add_argument("--sigma", type=positive_float, default=0.5)
+    ap.add_argument("--lam", type=nonnegative_float, default=0.01)
+    ap.add_argument("--A", type=float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"))
+    ap.add_argument("--tracks", type=positive_int, default=1,
+                    help="fixed-point tracks (census seeds) per subspace, followed along alpha")
+    ap.add_argument("--slice-omega", type=unit_interval, default=0.3, help="omega of the slice plot")
+    ap.add_argument("--out", default="results/phase_diagram")
+    add_run_options(ap, chunk_size=2)
+
+
+def run(args) -> int:
+    import numpy as np
+
+    if args.alpha_max < args.alpha_min or args.omega_max < args.omega_min:
+        raise SystemExit("error: --alpha-max/--omega-max must not be below --alpha-min/--omega-min")
+    if args.n_alpha > 1 and args.alpha_max == args.alpha_min:
+        raise SystemExit("error: --n-alpha > 1 needs --alpha-max > --alpha-min")
+    if args.n_omega > 1 and args.omega_max == args.omega_min:
+        raise SystemExit("error: --n-omega > 1 needs --omega-max > --omega-min")
+    from phasejax.phase import PhaseConfig, PhaseGrid, phase_diagram
+    from phasejax.plotting import plot_omega_slice, plot_phase_map
+    from phasejax.theory import CENSUS_SEEDS, make_params
+
+    grid = PhaseGrid.from_ranges(np.linspace(args.alpha_min, args.alpha_max, args.n_alpha),
+                                 np.linspace(args.omega_min, args.omega_max, args.n_omega))
+    if max(args.tracks, 1) > min(len(CENSUS_SEEDS["positional"]), len(CENSUS_SEEDS["semantic"])):
+        raise SystemExit(f"error: --tracks must be at most {min(len(v) for v in CENSUS_SEEDS.values() if len(v) > 1)}")
+    config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][: args.tracks] for b in ("positional", "semantic")})
+    params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.reshape(args.A, (2, 2)))
+    options = run_options_from(args, args.out)
+    t0 = time.perf_counter()
+    pd = phase_diagram(grid, params, config=config, options=options)
+    if pd is None:
+        print("not every chunk is finished yet (other processes, or --max-chunks); run again to assemble")
+        return 0
+    elapsed = time.perf_counter() - t0
+    paths = pd.write(args.out)
+    paths.append(plot_phase_map(pd, os.path.join(args.out, "phase_map.png")))
+    w = np.asarray(grid.omegas)
+    w_slice = float(w[int(np.argmin(np.abs(w - args.slice_omega)))])
+    paths.append(plot_omega_slice(pd, w_slice, os.path.join(args.out, f"slice_omega_{w_slice:g}.png")))
+    print(f"{len(grid.alphas)} x {len(grid.omegas)} points, 2 subspaces x {config.n_tracks} tracks, in {elapsed:.1f} s")
+    th = pd.thresholds
+    for i, om in enumerate(th["omega"]):
+        print(f"omega={om:.3f}  alpha_c={th['alpha_c'][i]:.4f} +- {th['alpha_c_err'][i]:.4f} ({th['alpha_c_status'][i]})"
+              f"  alpha_l={th['alpha_l'][i]:.4f} +- {th['alpha_l_err'][i]:.4f} ({th['alpha_l_status'][i]})")
+    print("wrote:\n  " + "\n  ".join(paths))
+    return 0

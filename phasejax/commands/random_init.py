@@ -1,0 +1,123 @@
+"""From small random inits, trained with Adam: the fraction of runs ending positional, semantic or neither.
+
+    phasejax random-init                     # CPU preset: d = 200, omega = 0.3, 10 alphas, 20 seeds
+    phasejax random-init --preset gpu        # d = 1000, 20 alphas, 100 seeds
+    phasejax random-init --replot            # redo fractions.csv and fractions.png from <out>/runs.csv
+
+Each run is classified by `phasejax.empirics.classify_solution` (direction
+cosines of Q with the positional direction and with the teacher, threshold
+0.5). Writes --out (default results/random_init/): runs.csv and training.json,
+fractions.csv (per alpha: the fractions, 68% Wilson intervals of the positional
+and positional+semantic fractions, runs and converged runs), fractions.png and
+summary.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from, unit_interval
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+)
+
+NAME = "random-init"
+HELP = "Adam from small random inits: fractions of runs ending positional / semantic / neither vs alpha"
+
+PRESETS = {
+    "cpu": dict(d=200, n_alpha=10, seeds=20),
+    "gpu": dict(d=1000, n_alpha=20, seeds=100),
+}
+
+
+def add_arguments(ap) -> None:
+    add_preset(ap, "cpu: d = 200, 10 alphas, 20 seeds; gpu: d = 1000, 20 alphas, 100 seeds")
+    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
+    ap.add_argument("--omega", type=unit_interval, default=0.3)
+    ap.add_argument("--alpha-min", type=positive_float, default=0.25)
+    ap.add_argument("--alpha-max", type=positive_float, default=2.5)
+    ap.add_argument("--n-alpha", type=positive_int, default=None, help="alphas (default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per alpha (default: the preset's)")
+    ap.add_argument("--learning-rate", type=positive_float, default=0.01, help="Adam learning rate")
+    ap.add_argument("--max-steps", type=positive_int, default=10000, help="Adam step cap")
+    add_dtype(ap)
+    ap.add_argument("--replot", action="store_true",
+                    help="only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
+    ap.add_argument("--out", default=os.path.join("results", "random_init"), help="output folder")
+    add_run_options(ap, chunk_size=50)
+
+
+def fractions(runs: dict, out: str) -> list[str]:
+    """Per alpha: the fractions of runs ending in each of `SOLUTIONS`, 68% Wilson intervals of the positional
+    and positional+semantic fractions, the run counts; writes fractions.csv and fractions.png into `out`."""
+    import numpy as np
+
+    from phasejax.empirics import SOLUTIONS
+    from phasejax.io import write_csv
+    from phasejax.plotting_experiments import plot_solution_fractions, wilson_interval
+
+    alphas = np.unique(np.asarray(runs["alpha"]))
+    at = [np.isclose(np.asarray(runs["alpha"]), a) for a in alphas]
+    counts = np.asarray([[np.sum(np.asarray(runs["solution"])[sel] == k) for k in range(len(SOLUTIONS))]
+                         for sel in at])
+    n = counts.sum(1)
+    frac = counts / n[:, None]
+    table = {"alpha": alphas}
+    for k, name in enumerate(SOLUTIONS):
+        table[name] = frac[:, k]
+    for label, k in (("positional", counts[:, 0]), ("positional_or_semantic", counts[:, 0] + counts[:, 1])):
+        lo, hi = wilson_interval(k, n)
+        table[f"{label}_low68"], table[f"{label}_high68"] = lo, hi
+    table["n_runs"] = n
+    table["n_converged"] = np.asarray([int(np.sum(np.asarray(runs["converged"])[sel])) for sel in at])
+    d, omega = int(np.asarray(runs["d"])[0]), float(np.asarray(runs["omega"])[0])
+    n_txt = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())} to {int(n.max())}"
+    return [write_csv(os.path.join(out, "fractions.csv"), table),
+            plot_solution_fractions(alphas, frac, SOLUTIONS, os.path.join(out, "fractions.png"),
+                                    rf"Adam from random inits, $d={d}$, $\omega={omega:g}$, {n_txt} runs per "
+                                    r"$\alpha$; error bars: 68% Wilson intervals of the stacked boundaries",
+                                    n_runs=n)]
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from phasejax.commands.fig2 import alpha_grid
+    from phasejax.empirics import TrainConfig, TrainingGrid, read_runs_csv, train_students
+    from phasejax.io import atomic_write_json
+    from phasejax.theory import make_params
+
+    if args.replot:
+        path = os.path.join(args.out, "runs.csv")
+        if not os.path.exists(path):
+            raise SystemExit(f"error: --replot needs {path}")
+        print_paths(fractions(read_runs_csv(path), args.out))
+        return 0
+    preset = PRESETS[args.preset]
+    d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
+    alphas = alpha_grid(args.alpha_min, args.alpha_max, n_alpha)
+    grid = TrainingGrid(alphas=alphas, omegas=(args.omega,), seeds=tuple(range(seeds)), inits=("random",), d=d)
+    config = TrainConfig("adam", learning_rate=args.learning_rate, max_steps=args.max_steps)
+    options = run_options_from(args, args.out)
+    t0 = time.perf_counter()
+    runs = train_students(grid, make_params(1.0, args.omega), config=config, dtype=dtype_from(args), options=options)
+    if runs is None:
+        return not_finished(options)
+    seconds = time.perf_counter() - t0
+    r = runs.runs
+    paths = runs.write(args.out)
+    paths += fractions(r, args.out)
+    paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
+        preset=args.preset, d=d, omega=args.omega, seeds=seeds, dtype=args.dtype, learning_rate=args.learning_rate,
+        max_steps=args.max_steps, n_runs=int(len(r["alpha"])), n_converged=int(np.sum(r["converged"])),
+        seconds=seconds, **environment())))
+    print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
+    print_paths(paths)
+    return 0

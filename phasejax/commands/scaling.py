@@ -1,0 +1,133 @@
+"""Finite-size scaling of the trained overlaps m (positional init) and theta (semantic init) towards the SE.
+
+    phasejax scaling                         # CPU preset: alpha = 1.5, omega = 0.3, d = 10 ... 1000, 10 seeds
+    phasejax scaling --ds 20 100 500 --seeds 4
+    phasejax scaling --preset gpu            # d up to 4000, 40 seeds
+    phasejax scaling --replot                # redraw scaling.png and summary.csv from <out>/runs.csv, se.json
+
+One vmapped sweep over (init, seed) per dimension d (the shapes change with d),
+each resumable under --run-dir/d<d>/; the SE fixed points of both subspaces
+(with their quadrature errors) are the d -> inf reference. Writes --out
+(default results/scaling/): runs.csv (every run, all d; `read_runs_csv` loads it),
+summary.csv (per overlap and d: mean, standard deviation, standard error,
+distance to the SE), se.json, scaling.png and summary.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from, unit_interval
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+    sub_options,
+)
+
+NAME = "scaling"
+HELP = "finite-size scaling of the trained overlaps towards the state-evolution fixed points"
+
+PRESETS = {
+    "cpu": dict(ds=[10, 20, 50, 100, 200, 500, 1000], seeds=10),
+    "gpu": dict(ds=[10, 20, 50, 100, 200, 500, 1000, 2000, 4000], seeds=40),
+}
+
+
+def add_arguments(ap) -> None:
+    add_preset(ap, "cpu: d = 10 ... 1000, 10 seeds; gpu: d = 10 ... 4000, 40 seeds")
+    ap.add_argument("--alpha", type=positive_float, default=1.5)
+    ap.add_argument("--omega", type=unit_interval, default=0.3)
+    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per d and init (default: the preset's)")
+    add_dtype(ap)
+    ap.add_argument("--replot", action="store_true",
+                    help="only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
+    ap.add_argument("--out", default=os.path.join("results", "scaling"), help="output folder")
+    add_run_options(ap, chunk_size=20)
+
+
+def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
+    """Per overlap (`m` from the positional init, `theta` from the semantic one) and `d`: mean, standard
+    deviation and error over seeds and the distance to the SE value `se[key]`; writes summary.csv and
+    scaling.png into `out` and returns their paths."""
+    import numpy as np
+
+    from phasejax.io import write_csv
+    from phasejax.plotting_experiments import plot_finite_size_scaling
+
+    ds = np.unique(np.asarray(runs["d"]))
+    summary = dict(overlap=[], d=[], mean=[], std=[], sem=[], abs_dev_from_se=[], se=[], se_err=[], n=[])
+    stats = {}
+    for key, code in (("m", 0), ("theta", 1)):
+        mean, std, count = [], [], []
+        for d in ds:
+            v = np.asarray(runs[key])[(np.asarray(runs["init"]) == code) & (np.asarray(runs["d"]) == d)]
+            mean.append(v.mean())
+            std.append(v.std(ddof=1) if v.size > 1 else np.nan)
+            count.append(v.size)
+            for name, value in (("overlap", key), ("d", int(d)), ("mean", mean[-1]), ("std", std[-1]),
+                                ("sem", std[-1] / np.sqrt(v.size)), ("abs_dev_from_se", abs(mean[-1] - se[key])),
+                                ("se", se[key]), ("se_err", se.get(key + "_err", np.nan)), ("n", v.size)):
+                summary[name].append(value)
+        stats[key, code] = (np.asarray(mean), np.asarray(std), np.asarray(count))
+    return [write_csv(os.path.join(out, "summary.csv"), summary),
+            plot_finite_size_scaling(ds, stats, se, os.path.join(out, "scaling.png"), alpha)]
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from phasejax.empirics import TrainingGrid, read_runs_csv, sample_count, train_students, write_runs_csv
+    from phasejax.io import atomic_write_json, read_json
+    from phasejax.solvers import status_name
+    from phasejax.theory import make_params, result_columns, solve_state_evolution
+
+    if args.replot:
+        for need in ("runs.csv", "se.json"):
+            if not os.path.exists(os.path.join(args.out, need)):
+                raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
+        se = read_json(os.path.join(args.out, "se.json"))
+        print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
+        return 0
+    preset = PRESETS[args.preset]
+    ds, seeds = sorted(set(pick(args, "ds", preset))), pick(args, "seeds", preset)
+    for d in ds:
+        try:
+            sample_count(args.alpha, d)
+        except ValueError as e:
+            raise SystemExit(f"error: --alpha {args.alpha} with --ds {d}: {e}") from None
+    params = make_params(args.alpha, args.omega)
+    t0 = time.perf_counter()
+    se = dict(alpha=args.alpha, omega=args.omega)
+    for branch, key in (("positional", "m"), ("semantic", "theta")):
+        res = solve_state_evolution(params, init=branch)
+        cols = result_columns(res, params)
+        se[key], se[key + "_err"] = float(cols[key]), float(cols[key + "_err"])
+        se[f"{branch}_status"] = status_name(res.status)
+    t_se = time.perf_counter() - t0
+    options = run_options_from(args, args.out)
+    parts = []
+    t0 = time.perf_counter()
+    for d in ds:
+        grid = TrainingGrid(alphas=(args.alpha,), omegas=(args.omega,), seeds=tuple(range(seeds)), d=d)
+        out = train_students(grid, params, dtype=dtype_from(args), options=sub_options(options, f"d{d}"))
+        if out is None:
+            return not_finished(options)
+        parts.append(out)
+        print(f"d={d}: {len(out.runs['alpha'])} runs, {int(np.sum(out.runs['converged']))} converged")
+    t_train = time.perf_counter() - t0
+    runs = {k: np.concatenate([p.runs[k] for p in parts]) for k in parts[0].runs}
+    paths = [write_runs_csv(runs, os.path.join(args.out, "runs.csv")),
+             atomic_write_json(os.path.join(args.out, "se.json"), se)]
+    paths += summarise(runs, se, args.out, args.alpha)
+    paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
+        preset=args.preset, ds=ds, seeds=seeds, dtype=args.dtype, se_seconds=t_se, train_seconds=t_train,
+        training_config_per_d=[p.config for p in parts], **environment())))
+    print_paths(paths)
+    return 0

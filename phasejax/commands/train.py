@@ -1,0 +1,103 @@
+"""Train students over an (alpha, omega, init, seed) grid: one vmapped, chunked, resumable sweep.
+
+    phasejax train                                           # CPU preset: d = 200, 5 alphas, 2 omegas, 3 seeds
+    phasejax train --alphas 0.5 1 2 --omegas 0.3 --seeds 5 --d 500 --inits positional semantic random
+    phasejax train --student untied --optimizer adam --max-steps 20000
+
+Writes --out (default results/train/): runs.csv (columns of
+`phasejax.empirics.RUN_COLUMNS`: overlaps, losses, fresh-sample and
+overlap-predicted test errors, solver status, solution kind) and training.json
+(grid and configuration; `phasejax.empirics.TrainingRuns.load(out)` reads both).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import (
+    add_run_options,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    run_options_from,
+    unit_interval,
+)
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+)
+
+NAME = "train"
+HELP = "train tied / untied / linear students over an (alpha, omega, init, seed) grid"
+
+PRESETS = {
+    "cpu": dict(d=200, alphas=[0.5, 1.0, 1.5, 2.0, 2.5], omegas=[0.1, 0.3], seeds=3),
+    "gpu": dict(d=1000, alphas=[round(0.1 * k, 1) for k in range(1, 31)], omegas=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5],
+                seeds=10),
+}
+
+
+def add_arguments(ap) -> None:
+    from phasejax.empirics import INITS, STUDENTS
+
+    add_preset(ap, "cpu: d = 200, alphas 0.5 ... 2.5, omegas 0.1, 0.3, 3 seeds; "
+                   "gpu: d = 1000, 30 alphas, 6 omegas, 10 seeds")
+    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
+    ap.add_argument("--alphas", type=positive_float, nargs="+", default=None, help="(default: the preset's)")
+    ap.add_argument("--omegas", type=unit_interval, nargs="+", default=None, help="(default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="number of seeds (default: the preset's)")
+    ap.add_argument("--inits", choices=INITS, nargs="+", default=["positional", "semantic"])
+    ap.add_argument("--student", choices=STUDENTS, default="tied")
+    ap.add_argument("--value-rank", type=nonnegative_int, default=0, help="trainable value rank (untied student)")
+    ap.add_argument("--optimizer", choices=("lbfgs", "gd", "adam"), default="lbfgs")
+    ap.add_argument("--learning-rate", type=positive_float, default=None,
+                    help="step size (default: 0.5 for gd, 0.01 for adam; lbfgs uses a line search)")
+    ap.add_argument("--max-steps", type=positive_int, default=5000, help="optimiser step cap")
+    ap.add_argument("--gtol", type=positive_float, default=None,
+                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
+    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
+    ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
+    ap.add_argument("--n-test", type=positive_int, default=1000, help="fresh test sequences per run")
+    add_dtype(ap)
+    ap.add_argument("--out", default=os.path.join("results", "train"), help="output folder")
+    add_run_options(ap, chunk_size=20)
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from phasejax.empirics import TrainConfig, TrainingGrid, train_students
+    from phasejax.io import atomic_write_json
+    from phasejax.theory import make_params
+
+    preset = PRESETS[args.preset]
+    try:
+        grid = TrainingGrid(alphas=tuple(pick(args, "alphas", preset)), omegas=tuple(pick(args, "omegas", preset)),
+                            seeds=tuple(range(pick(args, "seeds", preset))), inits=tuple(args.inits),
+                            d=pick(args, "d", preset))
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    config = TrainConfig(args.optimizer, learning_rate=args.learning_rate, max_steps=args.max_steps, gtol=args.gtol)
+    options = run_options_from(args, args.out)
+    t0 = time.perf_counter()
+    runs = train_students(grid, make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam), student=args.student,
+                          config=config, n_test=args.n_test, value_rank=args.value_rank, dtype=dtype_from(args),
+                          options=options)
+    if runs is None:
+        return not_finished(options)
+    seconds = time.perf_counter() - t0
+    r = runs.runs
+    paths = runs.write(args.out)
+    paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
+        preset=args.preset, n_runs=int(len(r["alpha"])), n_converged=int(np.sum(r["converged"])), seconds=seconds,
+        **environment())))
+    print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
+    print_paths(paths)
+    return 0

@@ -1,0 +1,130 @@
+"""Order parameters and the Gaussian fields they define (theory notes `docs/theory.md`, sections 2-3).
+
+State of the state evolution: `q0 (r, r)`, `m (K, r)`, `V0 (r, r)`, `theta0 (t, r)`
+(`Overlaps`); their conjugates per token `qhat (L, r, r)`, `mhat (L, r)`,
+`Vhat (L, r, r)`, `thetahat (L, r, t)` (`Hats`). Per token `l`:
+`q_l = sigma_l^2 q0`, `V_l = sigma_l^2 V0`, `theta_l = sigma_l^2 theta0`,
+`m_l = sum_k C[l, k] m_k`.
+
+For standard normal `xi_l (r)`, `eta_l (t)` the fields of token `l` are
+
+    omega_l = sigma_l q0^{1/2} xi_l + m_l
+    h*_l    = sigma_l (B xi_l + Rn^{1/2} eta_l),   B = theta0 q0^{-1/2},  Rn = I_t - B B^T
+
+(`h*_l` has covariance `sigma_l^2 I_t`, and `E[h*_l omega_l^T] = theta_l`).
+`field_maps` builds these maps once per state, with a validity flag
+(`q0` PSD, `V0` PD, `Rn` PSD, `theta0` in the range of `q0`, all finite).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from phasejax.theory.params import TiedAttentionParams
+
+Array = jax.Array
+
+
+@struct.dataclass
+class Overlaps:
+    """Order parameters: `q0 (r, r)`, `m (K, r)`, `V0 (r, r)`, `theta0 (t, r)`."""
+
+    q0: Array
+    m: Array
+    V0: Array
+    theta0: Array
+
+
+@struct.dataclass
+class Hats:
+    """Conjugate parameters per token: `qhat (L, r, r)`, `mhat (L, r)`, `Vhat (L, r, r)`, `thetahat (L, r, t)`."""
+
+    qhat: Array
+    mhat: Array
+    Vhat: Array
+    thetahat: Array
+
+
+def zero_hats(params: TiedAttentionParams, dtype=jnp.float64) -> Hats:
+    """All-zero `Hats` of the shapes of `params`."""
+    L, r, t = params.L, params.r, params.t
+    return Hats(qhat=jnp.zeros((L, r, r), dtype), mhat=jnp.zeros((L, r), dtype),
+                Vhat=jnp.zeros((L, r, r), dtype), thetahat=jnp.zeros((L, r, t), dtype))
+
+
+def sym_sqrt_pinv(M: Array, eps: float = 1e-14) -> tuple[Array, Array, Array]:
+    """Symmetric square root, pseudo-inverse square root and smallest eigenvalue of a symmetric `M (n, n)`.
+
+    Eigenvalues below zero are clipped for the roots (the smallest is
+    returned unclipped, for validity checks); those below `eps` get a zero
+    inverse root.
+    """
+    M = 0.5 * (M + M.T)
+    evals, evecs = jnp.linalg.eigh(M)
+    clipped = jnp.clip(evals, 0.0, None)
+    sqrt = (evecs * jnp.sqrt(clipped)) @ evecs.T
+    inv = jnp.where(clipped > eps, 1.0 / jnp.sqrt(jnp.where(clipped > eps, clipped, 1.0)), 0.0)
+    return sqrt, (evecs * inv) @ evecs.T, evals[0]
+
+
+@struct.dataclass
+class FieldMaps:
+    """Linear maps from `(xi, eta)` to the fields, in token-free units (see the module docstring).
+
+    Attributes:
+      sqrt_q0, pinv_sqrt_q0: `(r, r)`; B: `(t, r)` `theta0 q0^{-1/2}`;
+      sqrt_Rn, pinv_sqrt_Rn: `(t, t)`; m_tokens: `(L, r)` `C m`;
+      valid: `()` bool, the state is a valid Gaussian-field state.
+    """
+
+    sqrt_q0: Array
+    pinv_sqrt_q0: Array
+    B: Array
+    sqrt_Rn: Array
+    pinv_sqrt_Rn: Array
+    m_tokens: Array
+    valid: Array
+
+
+def overlaps_valid(ov: Overlaps, psd_tol: float = 1e-10) -> Array:
+    """`()` bool: `q0` PSD, `V0` PD, `I - theta0 q0^+ theta0^T` PSD, `theta0` in the range of `q0`, finite."""
+    return field_maps(ov, None, psd_tol).valid
+
+
+def field_maps(ov: Overlaps, params: TiedAttentionParams | None, psd_tol: float = 1e-10) -> FieldMaps:
+    """Build the `(xi, eta) -> (omega, h*)` maps and the validity flag (`params` only for `C m`)."""
+    sqrt_q0, pinv_sqrt_q0, q0_min = sym_sqrt_pinv(ov.q0)
+    B = ov.theta0 @ pinv_sqrt_q0
+    t = ov.theta0.shape[0]
+    Rn = jnp.eye(t, dtype=ov.q0.dtype) - B @ B.T
+    sqrt_Rn, pinv_sqrt_Rn, Rn_min = sym_sqrt_pinv(Rn)
+    V0_min = jnp.linalg.eigvalsh(0.5 * (ov.V0 + ov.V0.T))[0]
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(ov)]))
+    # theta0 must lie in the range of q0 (else h* is not a valid Gaussian field).
+    theta_in_range = jnp.all(jnp.abs(ov.theta0 - ov.theta0 @ pinv_sqrt_q0 @ sqrt_q0) <= 1e-8 + psd_tol)
+    valid = finite & (q0_min >= -psd_tol) & (Rn_min >= -psd_tol) & (V0_min > 0) & theta_in_range
+    m_tokens = ov.m if params is None else params.C @ ov.m
+    return FieldMaps(sqrt_q0=sqrt_q0, pinv_sqrt_q0=pinv_sqrt_q0, B=B, sqrt_Rn=sqrt_Rn,
+                     pinv_sqrt_Rn=pinv_sqrt_Rn, m_tokens=m_tokens, valid=valid)
+
+
+def split_node(z: Array, params: TiedAttentionParams) -> tuple[Array, Array]:
+    """Split a quadrature point `z (L (r + t),)` into `xi (L, r)` and `eta (L, t)`."""
+    L, r, t = params.L, params.r, params.t
+    return z[: L * r].reshape(L, r), z[L * r:].reshape(L, t)
+
+
+def gaussian_fields(maps: FieldMaps, params: TiedAttentionParams, xi: Array, eta: Array) -> tuple[Array, Array]:
+    """`omega (L, r)` and `h* (L, t)` at one node `xi (L, r)`, `eta (L, t)`."""
+    s = params.sigma[:, None]
+    omega = s * (xi @ maps.sqrt_q0.T) + maps.m_tokens
+    hstar = s * (xi @ maps.B.T + eta @ maps.sqrt_Rn.T)
+    return omega, hstar
+
+
+def sample_loss(h: Array, target_matrix: Array, params: TiedAttentionParams) -> Array:
+    """Per-sample loss `ell = 1/2 tr[(T - S(h)) D (T - S(h))^T]`, `D = diag(sigma^2)`; `h (L, r)`, `T (L, L)`."""
+    diff = target_matrix - params.student(h, params)
+    return 0.5 * jnp.sum(diff**2 * (params.sigma**2)[None, :])

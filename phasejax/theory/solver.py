@@ -1,0 +1,668 @@
+"""The state-evolution solver: Newton on the order parameters inside a branch's invariant subspace.
+
+The fixed point `x = F(x)` of the state evolution (`F`: energetic then
+entropic updates, `phasejax.theory.updates`) is found by safeguarded Newton
+iterations on the few order parameters: the Jacobian `J = dF/dx` comes from
+`jax.jacfwd` through the quadrature (the proximal minimisers are
+differentiated by the implicit function theorem), the step solves
+`(I - J) dx = F(x) - x` restricted to the branch's free coordinates, is
+capped to a relative size `max_step` and halved until the new state is
+valid. Newton converges quadratically and to any fixed point, stable or not
+under plain iteration, which the fixed-point census needs.
+
+The per-node proximal problems are warm-started from the previous
+iteration's minimisers and take a fixed number of Newton steps from two
+starts: the warm start and, alternating between iterations, its mirror
+`-h` or the field `omega`; convergence is declared only when the residual
+is below `tol` on two consecutive iterations (so both alternatives were
+tried at the fixed point). The solver has the shape of an optimistix
+solver (`init`, `step`, `terminate`, run by `phasejax.solvers.iterate`).
+
+After the loop `postprocess` adds the training loss, the test error, the
+stability of the fixed point inside its subspace (eigenvalues of `J`) and
+out of it (`subspace_gain`, the linear gain of the unconstrained map on a
+perturbation out of the subspace, from a JVP), and, for schemes with
+replicas, quadrature error estimates (`phasejax.theory.results`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from phasejax.precision import uses_float64
+from phasejax.solvers import Status, iterate
+from phasejax.theory.fields import Overlaps, field_maps
+from phasejax.theory.params import TiedAttentionParams, params_are_valid, token_swap_symmetric, validate_params
+from phasejax.theory.results import SEErrors, SEResult, spread_error
+from phasejax.theory.updates import (
+    hats_from_nodes,
+    hold_hats,
+    node_values,
+    overlap_updates,
+    test_error,
+    training_loss,
+)
+
+Array = jax.Array
+
+BRANCHES = ("positional", "semantic", "agnostic")
+
+
+@dataclasses.dataclass(frozen=True)
+class SEConfig:
+    """Static options of the state-evolution solver (hashable; part of the compilation key).
+
+    Attributes:
+      tol: stop when `max_i |F(x)_i - x_i| / max(1, |x_i|) < tol` on two consecutive iterations.
+      max_iter: cap on Newton iterations (then `status = MAX_ITERATIONS`), per stage: a cold solve with an
+        adaptive rule has two stages (solve with the rule oriented at the init, re-orient, solve again).
+      max_iter_warm: the cap for a warm-started solve of a continuation row (a warm start needs a few
+        iterations; one that needs many is usually a branch ending, and a vmapped row waits for it).
+      prox_steps: damped Newton steps per start of each node's proximal problem per iteration.
+      prox_tol: gradient tolerance for a node's prox to count as converged.
+      max_step: cap on a Newton step's relative size per coordinate (`|dx_i| <= max_step max(|x_i|, 0.05)`).
+      kappa: pseudo-transient continuation: the step solves `((1 + kappa res) I - J) dx = F(x) - x` with
+        `res` the scaled residual: short steps along the flow `dx/dt = F(x) - x` far from a fixed point
+        (which lead to fixed points that plain damped iteration can reach), Newton steps near it. `0`: pure Newton.
+      psd_tol: tolerance of the validity checks (`q0`, `V0`, `I - theta0 q0^{-1} theta0^T`).
+      errors: estimate quadrature errors from the scheme's replicas (when it has any).
+      prox_starts: `"multi"` (warm start plus its mirror or the field, alternating; the global minimum) or
+        `"zero"` (one local search from `h = 0`, the published method, for comparisons).
+      hat_form: `"stein"` (default; integration by parts, keeps the delta terms where the prox's minimiser
+        jumps) or `"implicit"` (pointwise implicit derivatives; misses them).
+    """
+
+    tol: float = 1e-7
+    max_iter: int = 40
+    max_iter_warm: int = 30
+    prox_steps: int = 8
+    prox_tol: float = 1e-8
+    max_step: float = 0.5
+    kappa: float = 5.0
+    psd_tol: float = 1e-10
+    errors: bool = True
+    prox_starts: str = "multi"
+    hat_form: str = "stein"
+
+    def __post_init__(self):
+        if not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+        for name in ("max_iter", "max_iter_warm", "prox_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not self.max_step > 0:
+            raise ValueError(f"max_step must be > 0, got {self.max_step}")
+        if not self.prox_tol > 0 or not self.psd_tol >= 0:
+            raise ValueError(f"prox_tol must be > 0 and psd_tol >= 0, got {self.prox_tol}, {self.psd_tol}")
+        if self.prox_starts not in ("multi", "zero"):
+            raise ValueError(f"prox_starts must be 'multi' or 'zero', got {self.prox_starts!r}")
+        if self.hat_form not in ("stein", "implicit"):
+            raise ValueError(f"hat_form must be 'stein' or 'implicit', got {self.hat_form!r}")
+        if not self.kappa >= 0:
+            raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+
+
+# ----------------------------------------------------------------------------
+# Branches and inits
+# ----------------------------------------------------------------------------
+
+
+class BranchInit(NamedTuple):
+    """Initial overlaps and the invariant subspace to solve in.
+
+    `hold_m`, `hold_theta`: `()` bool arrays; when true, `m` (with `mhat`) or
+    `theta0` (with `thetahat`) is held at zero throughout. Being arrays, inits
+    of different branches can be stacked (`stack_inits`) and vmapped.
+    """
+
+    overlaps: Overlaps
+    hold_m: Array
+    hold_theta: Array
+
+
+# Default inits in per-token units (q, V, theta per token; m), those of the
+# published method for the paper's setting; converted with the mean sigma^2.
+BRANCH_DEFAULTS = {
+    "positional": dict(q=0.02, m=0.2, V=14.6, theta=0.0),
+    "semantic": dict(q=0.9, m=0.0, V=14.6, theta=0.35),
+    "agnostic": dict(q=0.02, m=0.0, V=14.6, theta=0.0),
+}
+
+
+def branch_init(branch: str, params: TiedAttentionParams, *, q0=None, m=None, V0=None, theta0=None) -> BranchInit:
+    """Init and invariant subspace of a branch.
+
+    * `"positional"`: `theta0` held at 0 (invariant for a target even in `h*`); init with `m` large.
+    * `"semantic"`: init with `theta0 > 0`, `m = 0`; `m` held at 0 when the
+      problem is token-swap symmetric (`token_swap_symmetric`), else free.
+    * `"agnostic"`: both held at 0.
+
+    Default overlaps: `BRANCH_DEFAULTS` (per-token values divided by the mean
+    `sigma^2`, on the leading diagonal for `r, t, K > 1`); any of `q0 (r, r)`,
+    `m (K, r)`, `V0 (r, r)`, `theta0 (t, r)` can be given instead.
+    """
+    if branch not in BRANCHES:
+        raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
+    r, t, K = params.r, params.t, params.K
+    dt = params.sigma.dtype
+    d = BRANCH_DEFAULTS[branch]
+    s2 = jnp.mean(params.sigma**2)
+    chosen = dict(
+        q0=d["q"] / s2 * jnp.eye(r, dtype=dt) if q0 is None else jnp.asarray(q0, dt).reshape(r, r),
+        m=d["m"] * jnp.eye(K, r, dtype=dt) if m is None else jnp.asarray(m, dt).reshape(K, r),
+        V0=d["V"] / s2 * jnp.eye(r, dtype=dt) if V0 is None else jnp.asarray(V0, dt).reshape(r, r),
+        theta0=d["theta"] / s2 * jnp.eye(t, r, dtype=dt) if theta0 is None else jnp.asarray(theta0, dt).reshape(t, r),
+    )
+    hold_theta = jnp.asarray(branch in ("positional", "agnostic"))
+    hold_m = token_swap_symmetric(params) if branch == "semantic" else jnp.asarray(branch == "agnostic")
+    ov = Overlaps(**chosen)
+    ov = ov.replace(m=jnp.where(hold_m, 0.0, ov.m), theta0=jnp.where(hold_theta, 0.0, ov.theta0))
+    return BranchInit(overlaps=ov, hold_m=hold_m, hold_theta=hold_theta)
+
+
+def stack_inits(inits: list[BranchInit]) -> BranchInit:
+    """Stack `BranchInit`s along a new leading axis (to vmap over branches or census seeds)."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *inits)
+
+
+def free_mask(init: BranchInit) -> Array:
+    """`(n,)` bool over `ravel(Overlaps)`: the coordinates the branch solves for (held ones are False)."""
+    ov = init.overlaps
+    masks = Overlaps(q0=jnp.ones_like(ov.q0, bool), m=jnp.broadcast_to(~init.hold_m, ov.m.shape),
+                     V0=jnp.ones_like(ov.V0, bool), theta0=jnp.broadcast_to(~init.hold_theta, ov.theta0.shape))
+    return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(masks)])
+
+
+# ----------------------------------------------------------------------------
+# The map and the solver
+# ----------------------------------------------------------------------------
+
+
+class MapEvaluation(NamedTuple):
+    """`F(x)` and what the free energy and diagnostics need, at one state.
+
+    `Fx (n,)`, `hats`, `envelope ()` `E[M]`, `loss ()` `E[ell(h_hat)]`,
+    `h (N, L r)` node minimisers, `prox_grad_norm ()` the largest node residual,
+    `prox_unconverged ()` weight fraction of nodes above `prox_tol`.
+    """
+
+    Fx: Array
+    hats: object
+    envelope: Array
+    loss: Array
+    h: Array
+    prox_grad_norm: Array
+    prox_unconverged: Array
+
+
+def se_map(x: Array, unravel, params: TiedAttentionParams, scheme, hold_m, hold_theta, warm: Array, alt_mode,
+           config: SEConfig, extra_starts: bool = False, frame=None) -> MapEvaluation:
+    """One state-evolution map `x -> F(x)` (energetic then entropic update, held coordinates at 0).
+
+    `frame` is the scheme's orientation data (`scheme.frame`), fixed during a solve."""
+    ov = unravel(x)
+    rule = scheme.main(ov, params, frame)
+    nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=config.prox_steps,
+                        psd_tol=config.psd_tol, prox_tol=config.prox_tol, extra_starts=extra_starts,
+                        prox_starts=config.prox_starts, hat_form=config.hat_form)
+    hats = hold_hats(hats_from_nodes(ov, params, nodes, rule.weights, hat_form=config.hat_form), hold_m, hold_theta)
+    new = overlap_updates(hats, params)
+    new = new.replace(m=jnp.where(hold_m, 0.0, new.m), theta0=jnp.where(hold_theta, 0.0, new.theta0))
+    E = lambda v: jnp.tensordot(rule.weights, v, axes=1)  # noqa: E731
+    unconverged = E((nodes.grad_norm > config.prox_tol).astype(x.dtype))
+    return MapEvaluation(Fx=ravel_pytree(new)[0], hats=hats, envelope=E(nodes.envelope), loss=E(nodes.loss),
+                         h=nodes.h, prox_grad_norm=jnp.max(nodes.grad_norm), prox_unconverged=unconverged)
+
+
+class SEState(NamedTuple):
+    """State of the Newton solver (one lane; vmap adds a leading axis).
+
+    The last *accepted* evaluation (`x_eval`, `ev`, `jac`, `residual`) is what
+    the solver returns; `x` is the next trial point.
+    """
+
+    x: Array                 # (n,) next trial state to evaluate
+    warm: Array              # (N, L r) node minimisers of the accepted evaluation
+    x_eval: Array            # (n,) accepted state
+    ev: MapEvaluation        # evaluation at x_eval
+    jac: Array               # (n, n) dF/dx at x_eval
+    residual: Array          # () scaled residual at x_eval
+    prev_residual: Array     # () residual of the accepted evaluation before
+    mu: Array                # () Levenberg-Marquardt parameter of the step
+    it: Array                # () evaluations done
+    status: Array            # () Status code (RUNNING while iterating)
+
+
+def _scaled_residual(x, Fx, free):
+    return jnp.max(jnp.where(free, jnp.abs(Fx - x) / jnp.maximum(1.0, jnp.abs(x)), 0.0))
+
+
+def newton_lm_step(x, Fx, J, free, mu, max_step):
+    """Step `dx` solving `(I - J~ + mu I) dy = r~` in relative coordinates `y_i = x_i / max(|x_i|, 0.05)`.
+
+    `mu = 0` is Newton's step; large `mu` a short step along the residual
+    `F(x) - x` (damped plain iteration). Held coordinates do not move, and the
+    step is capped to `max_step` in relative size.
+    """
+    n = x.shape[0]
+    scale = jnp.maximum(jnp.abs(x), 0.05)
+    Js = J * scale[None, :] / scale[:, None]
+    both = free[:, None] & free[None, :]
+    eye = jnp.eye(n, dtype=x.dtype)
+    A = jnp.where(both, eye - Js + mu * eye, eye)
+    dy = jnp.linalg.solve(A, jnp.where(free, (Fx - x) / scale, 0.0))
+    dy = jnp.where(jnp.all(jnp.isfinite(dy)), dy, jnp.where(free, (Fx - x) / scale / (1.0 + mu), 0.0))
+    rel = jnp.max(jnp.abs(dy))
+    dy = dy * jnp.minimum(1.0, max_step / jnp.maximum(rel, 1e-300))
+    return dy * scale
+
+
+@dataclasses.dataclass(frozen=True)
+class NewtonSE:
+    """The solver object: `init`, `step`, `terminate` (run by `phasejax.solvers.iterate`).
+
+    Each step evaluates `F` and `J` at the trial point. If its residual is
+    lower than the accepted one's (or nothing was accepted yet), it is
+    accepted and the Levenberg-Marquardt parameter `mu` shrinks; otherwise it
+    is rejected, `mu` grows, and a shorter step is tried from the accepted
+    point (with the accepted point's Jacobian). Invalid trial states are
+    never evaluated: the step is halved until the state is valid.
+    """
+
+    params: TiedAttentionParams
+    scheme: object
+    init_branch: BranchInit
+    config: SEConfig
+    frame: object = None
+
+    def _unravel(self):
+        return ravel_pytree(self.init_branch.overlaps)[1]
+
+    def _map_and_jac(self, x, warm, alt_mode):
+        unravel = self._unravel()
+        ib = self.init_branch
+
+        def F(x_):
+            ev = se_map(x_, unravel, self.params, self.scheme, ib.hold_m, ib.hold_theta, warm, alt_mode, self.config,
+                        frame=self.frame)
+            return ev.Fx, ev
+
+        return jax.jacfwd(F, has_aux=True)(x)
+
+    def init(self, warm: Array | None = None) -> SEState:
+        ov = self.init_branch.overlaps
+        x0, unravel = ravel_pytree(ov)
+        n = x0.shape[0]
+        if warm is None:   # first evaluation: start every node at its field omega (and its mirror)
+            warm = initial_warm(self.params, self.scheme, ov, self.frame)
+        ev_shape = jax.eval_shape(lambda: se_map(x0, unravel, self.params, self.scheme, self.init_branch.hold_m,
+                                                 self.init_branch.hold_theta, warm, 0, self.config, frame=self.frame))
+        ev0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ev_shape)
+        status0 = jnp.where(params_are_valid(self.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
+        inf = jnp.asarray(jnp.inf, x0.dtype)
+        return SEState(x=x0, warm=warm, x_eval=x0, ev=ev0, jac=jnp.zeros((n, n), x0.dtype), residual=inf,
+                       prev_residual=inf, mu=jnp.asarray(0.0, x0.dtype), it=jnp.asarray(0), status=status0)
+
+    def _valid(self, x):
+        return field_maps(self._unravel()(x), self.params, self.config.psd_tol).valid
+
+    def _propose(self, x, Fx, J, free, mu):
+        dx = newton_lm_step(x, Fx, J, free, mu, self.config.max_step)
+
+        def shrink(carry):
+            t, _ = carry
+            return t * 0.5, self._valid(x + 0.5 * t * dx)
+
+        t, _ = jax.lax.while_loop(lambda c: (~c[1]) & (c[0] > 1e-4), shrink,
+                                  (jnp.asarray(1.0, x.dtype), self._valid(x + dx)))
+        return x + t * dx
+
+    def step(self, state: SEState) -> SEState:
+        cfg = self.config
+        free = free_mask(self.init_branch)
+        x = state.x
+        J, ev = self._map_and_jac(x, state.warm, state.it % 2)
+        ok = self._valid(x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J)) & jnp.all(jnp.isfinite(ev.h))
+        residual = _scaled_residual(x, ev.Fx, free)
+        first = ~jnp.isfinite(state.residual)
+        accept = ok & (first | (residual < 2.0 * state.residual) | (residual < cfg.tol))
+        done = accept & (residual < cfg.tol) & (state.residual < cfg.tol) & (ev.prox_unconverged == 0)
+        # pseudo-transient continuation: mu = kappa * residual (a short step along the flow
+        # dx/dt = F(x) - x far from the fixed point, Newton near it) plus a boost after rejections
+        boost = jnp.where(accept, state.mu * 0.25, jnp.maximum(state.mu * 4.0, 1.0))
+        res_base = jnp.where(accept, residual, state.residual)
+        mu = boost
+        # accepted: step from the new point with its Jacobian; rejected: shorter step from the accepted point
+        base_x = jnp.where(accept, x, state.x_eval)
+        base_F = jnp.where(accept, ev.Fx, state.ev.Fx)
+        base_J = jnp.where(accept, J, state.jac)
+        x_next = self._propose(base_x, base_F, base_J, free, cfg.kappa * res_base + mu)
+        never_ok = first & ~ok
+        status = jnp.where(never_ok, Status.INVALID_ITERATE, jnp.where(done, Status.CONVERGED, Status.RUNNING))
+        # an invalid or non-finite trial point counts as rejected; the first one ends the solve
+        running = state.status == Status.RUNNING
+        keep = running & accept
+        sel = lambda new, old: jnp.where(keep, new, old)  # noqa: E731
+        return SEState(
+            x=jnp.where(running & (status == Status.RUNNING), x_next, state.x),
+            warm=sel(ev.h, state.warm),
+            x_eval=sel(x, state.x_eval),
+            ev=jax.tree_util.tree_map(sel, ev, state.ev),
+            jac=sel(J, state.jac),
+            residual=sel(residual, state.residual),
+            prev_residual=sel(state.residual, state.prev_residual),
+            mu=jnp.where(running, mu, state.mu),
+            it=state.it + running.astype(state.it.dtype),
+            status=jnp.where(running, status, state.status).astype(jnp.int32),
+        )
+
+    def terminate(self, state: SEState):
+        return state.status != Status.RUNNING, state.status
+
+
+def run_newton(params: TiedAttentionParams, scheme, init: BranchInit, config: SEConfig,
+               warm: Array | None = None, frame=None, max_iter=None) -> SEState:
+    """Iterate `NewtonSE` from `init` (and optional node warm starts `warm (N, L r)`) to a final state, at most
+    `max_iter` iterations (default `config.max_iter`; may be traced)."""
+    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame)
+    out = iterate(solver, solver.init(warm), max_steps=config.max_iter if max_iter is None else max_iter)
+    state = out.state
+    return state._replace(status=jnp.where(state.status == Status.RUNNING, out.status, state.status))
+
+
+# ----------------------------------------------------------------------------
+# After the loop: losses, stability, error estimates
+# ----------------------------------------------------------------------------
+
+
+def _spectral_abscissa(J: Array, mask: Array) -> Array:
+    """Largest real part of the eigenvalues of `J (n, n)` restricted to the coordinates in `mask`; NaN if none."""
+    both = mask[:, None] & mask[None, :]
+    Jm = jnp.where(both, J, 0.0) + jnp.diag(jnp.where(mask, 0.0, -1e30))
+    finite = jnp.all(jnp.isfinite(Jm))
+    ev = jnp.linalg.eigvals(jnp.where(finite, Jm, 0.0))
+    return jnp.where(jnp.any(mask) & finite, jnp.max(ev.real), jnp.nan)
+
+
+def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
+    """`SEResult` from a final solver state: losses, stability, subspace gain and (optionally) errors."""
+    params, scheme, cfg, ib = solver.params, solver.scheme, solver.config, solver.init_branch
+    unravel = solver._unravel()
+    x = state.x_eval
+    ov = unravel(x)
+    ev = state.ev
+    free = free_mask(ib)
+    held = ~free
+    rule = scheme.main(ov, params, solver.frame)
+    e_t = training_loss(ov, ev.hats, ev.envelope, params)
+    eps_g = test_error(ov, params, rule)
+    e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
+    stability = _spectral_abscissa(state.jac, free)
+    # out of the subspace: Jacobian of the unconstrained map (no holds) on the held coordinates
+    no = jnp.asarray(False)
+    J_open = jax.jacfwd(lambda x_: se_map(x_, unravel, params, scheme, no, no, state.warm, 0, cfg,
+                                          frame=solver.frame).Fx)(x)
+    gain = _spectral_abscissa(J_open, held)
+
+    nan = jnp.asarray(jnp.nan, x.dtype)
+    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    err_x = jnp.full_like(x, jnp.nan)
+    err_e = err_g = nan
+    if cfg.errors and n_rep >= 2:
+        quad_all, W = scheme.replicas(ov, params, solver.frame)
+        warm_all = state.warm if scheme.shares_main_nodes else jnp.tile(state.warm, (n_rep, 1))
+        nodes = node_values(ov, params, quad_all.points, warm_all, 0, n_steps=cfg.prox_steps,
+                            psd_tol=cfg.psd_tol, prox_tol=cfg.prox_tol, extra_starts=True,
+                            prox_starts=cfg.prox_starts, hat_form=cfg.hat_form)
+        n = x.shape[0]
+        both = free[:, None] & free[None, :]
+        A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))
+
+        def replica(w):
+            hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=cfg.hat_form), ib.hold_m, ib.hold_theta)
+            new = overlap_updates(hats, params)
+            new = new.replace(m=jnp.where(ib.hold_m, 0.0, new.m), theta0=jnp.where(ib.hold_theta, 0.0, new.theta0))
+            Fk = ravel_pytree(new)[0]
+            xk = x + jnp.linalg.solve(A, jnp.where(free, Fk - x, 0.0))
+            ek = training_loss(ov, hats, jnp.tensordot(w, nodes.envelope, axes=1), params)
+            gk = test_error(unravel(xk), params, rule)
+            return xk, ek, gk
+
+        xs, es, gs = jax.vmap(replica)(W)
+        mean_mode = bool(scheme.shares_main_nodes)
+        err_x = spread_error(x, xs, main_is_mean=mean_mode)
+        err_e = spread_error(e_t, es, main_is_mean=mean_mode)
+        err_g = spread_error(eps_g, gs, main_is_mean=mean_mode)
+
+    invalid = (state.status == Status.INVALID_ITERATE) | (state.status == Status.INVALID_INPUT)
+    blank = lambda v: jnp.where(invalid, jnp.nan, v)  # noqa: E731
+    errors = SEErrors(overlaps=unravel(blank(err_x)), train_loss=blank(err_e), test_error=blank(err_g),
+                      n_replicas=n_rep if cfg.errors else 0)
+    return SEResult(overlaps=ov, hats=ev.hats, test_error=blank(eps_g), train_loss=blank(e_t),
+                    energetic_loss=blank(e_direct), residual=state.residual, iterations=state.it,
+                    status=state.status, converged=state.status == Status.CONVERGED, stability=blank(stability),
+                    subspace_gain=blank(gain), prox_grad_norm=ev.prox_grad_norm,
+                    prox_unconverged=ev.prox_unconverged, sigma=params.sigma, errors=errors)
+
+
+def _solve(params, init, scheme, config, warm=None, frame=None, max_iter=None):
+    """Jittable core: Newton solve plus postprocessing. Returns `(SEResult, final node minimisers, frame)`.
+
+    The scheme's orientation (`frame`) is fixed during a Newton solve. Without a given frame, it is computed at
+    `init`, the state is solved, the frame is recomputed at that solution and the state solved again from there
+    (a few iterations): the returned fixed point is that of the rule oriented at it.
+    """
+    frame0 = scheme.frame(init.overlaps, params) if frame is None else None
+    if frame0 is not None:     # an adaptive rule without a given orientation: two stages
+        state = run_newton(params, scheme, init, config, warm, frame0)
+        ok = state.status == Status.CONVERGED
+        unravel = ravel_pytree(init.overlaps)[1]
+        x1 = jnp.where(ok, state.x_eval, ravel_pytree(init.overlaps)[0])
+        init = init._replace(overlaps=unravel(x1))
+        frame = scheme.frame(init.overlaps, params)
+        warm = jnp.where(ok, state.warm, initial_warm(params, scheme, init.overlaps, frame))
+        iters0 = state.it
+    else:
+        iters0 = 0
+    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame)
+    state = run_newton(params, scheme, init, config, warm, frame, max_iter)
+    state = state._replace(it=state.it + iters0)
+    return postprocess(solver, state), state.warm, frame
+
+
+solve_jit = jax.jit(_solve, static_argnames=("config",))
+
+
+def initial_warm(params: TiedAttentionParams, scheme, ov: Overlaps, frame=None) -> Array:
+    """Node warm starts for a first evaluation: every node's field `omega`, shape `(N, L r)`."""
+    rule = scheme.main(ov, params, frame)
+    maps = field_maps(ov, params)
+    L, r = params.L, params.r
+    xi = rule.points[:, : L * r].reshape(-1, L, r)
+    return (params.sigma[None, :, None] * jnp.einsum("nla,ba->nlb", xi, maps.sqrt_q0)
+            + maps.m_tokens[None]).reshape(-1, L * r)
+
+
+def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig):
+    """Continuation along `alphas (A,)`: each solve starts from the previous fixed point (secant-extrapolated),
+    its node minimisers and its quadrature orientation. A failed solve is reported and the next one restarts
+    from the last success. The first point is solved cold (two stages, see `_solve`)."""
+    x0, unravel = ravel_pytree(init.overlaps)
+    p0 = params.replace(alpha=alphas[0])
+    res0, warm0, _ = _solve(p0, init, scheme, config)
+    ok0 = res0.converged
+    x_first = jnp.where(ok0, ravel_pytree(res0.overlaps)[0], x0)
+    frame0 = scheme.frame(unravel(x_first), p0)
+    warm0 = jnp.where(ok0, warm0, initial_warm(p0, scheme, init.overlaps, frame0))
+
+    def body(carry, alpha):
+        x_last, x_prev, a_last, a_prev, n_ok, warm, frame = carry
+        slope = jnp.where(n_ok >= 2, (x_last - x_prev) / jnp.where(a_last != a_prev, a_last - a_prev, 1.0), 0.0)
+        guess = x_last + slope * (alpha - a_last)
+        p = params.replace(alpha=alpha)
+        valid = field_maps(unravel(guess), p).valid
+        guess = jnp.where(valid, guess, x_last)
+        # a warm start gets `max_iter_warm` iterations; before any success the restart is cold (`max_iter`)
+        cap = jnp.where(n_ok > 0, config.max_iter_warm, config.max_iter)
+        res, warm_new, _ = _solve(p, init._replace(overlaps=unravel(guess)), scheme, config, warm, frame, cap)
+        ok = res.converged
+        x_new = ravel_pytree(res.overlaps)[0]
+        frame_new = scheme.frame(res.overlaps, p)      # oriented at this solution, for the next point
+        carry = (jnp.where(ok, x_new, x_last), jnp.where(ok, x_last, x_prev), jnp.where(ok, alpha, a_last),
+                 jnp.where(ok, a_last, a_prev), n_ok + ok.astype(n_ok.dtype), jnp.where(ok, warm_new, warm),
+                 jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, frame))
+        return carry, res
+
+    a0 = alphas[0]
+    carry0 = (x_first, x_first, a0, a0, ok0.astype(jnp.int32), warm0, frame0)
+    _, results = jax.lax.scan(body, carry0, alphas[1:])
+    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res0, results)
+
+
+solve_row_jit = jax.jit(_solve_row, static_argnames=("config",))
+
+
+# ----------------------------------------------------------------------------
+# Public entry points (float64 by a scoped switch; see phasejax.precision)
+# ----------------------------------------------------------------------------
+
+
+def resolve_init(init, params: TiedAttentionParams) -> BranchInit:
+    """A `BranchInit` from a branch name or a `BranchInit` (validated)."""
+    if isinstance(init, str):
+        return branch_init(init, params)
+    if not isinstance(init, BranchInit):
+        raise ValueError(f"init must be a branch name {BRANCHES} or a BranchInit, got {type(init).__name__}")
+    return _as_float64(init)
+
+
+def _as_float64(init: BranchInit) -> BranchInit:
+    """The init's overlaps in float64 (an init built outside `float64_scope` holds float32 arrays)."""
+    return init._replace(overlaps=jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), init.overlaps))
+
+
+def resolve_scheme(quadrature, params: TiedAttentionParams):
+    """The quadrature scheme: `default_scheme(params)` for `None`, a `Quadrature` as a `FixedRule`, or a scheme."""
+    from phasejax.theory.quadrature import as_scheme, default_scheme
+
+    scheme = default_scheme(params) if quadrature is None else as_scheme(quadrature)
+    dim = params.L * (params.r + params.t)
+    if scheme.dim != dim:
+        raise ValueError(f"quadrature has dimension {scheme.dim}, but L (r + t) = {dim}")
+    if hasattr(scheme, "applies_to") and not scheme.applies_to(params):
+        raise ValueError(f"quadrature {type(scheme).__name__} does not apply to L={params.L}, r={params.r}, "
+                         f"t={params.t}; use SobolRule")
+    return scheme
+
+
+@uses_float64
+def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = "semantic", quadrature=None,
+                          config: SEConfig = SEConfig()) -> SEResult:
+    """Solve the state evolution at one point (theory notes, sections 4-5, 8).
+
+    Args:
+      params: `TiedAttentionParams` (`make_params`); its array fields may be traced (vmap, jit under
+        `phasejax.float64_scope()`).
+      init: a branch name (`"positional"`, `"semantic"`, `"agnostic"`) or a `BranchInit` (custom overlaps).
+      quadrature: `None` for the converged default (`default_scheme`), a scheme (`SplitProductRule`,
+        `SobolRule`) or a fixed `Quadrature` (then errors are not estimated).
+      config: `SEConfig` (static).
+    Returns:
+      `SEResult` (float64) with `errors` (95% half-widths of the quadrature error). Invalid concrete
+      inputs raise `ValueError`; invalid traced inputs give `status = INVALID_INPUT`; an iterate leaving the
+      valid domain gives `INVALID_ITERATE` with the last valid evaluation.
+
+    Example:
+      >>> from phasejax.theory import make_params, solve_state_evolution
+      >>> res = solve_state_evolution(make_params(2.0, 0.3), "semantic")      # doctest: +SKIP
+      >>> res.status_name, round(float(res.q[0]), 4), float(res.q_err[0]) < 1e-3   # doctest: +SKIP
+      ('converged', 0.1148, True)
+    """
+    validate_params(params)
+    init = resolve_init(init, params)
+    scheme = resolve_scheme(quadrature, params)
+    return solve_jit(params, init, scheme, config)[0]
+
+
+def _check_grid(alpha, omega):
+    alpha = jnp.atleast_1d(jnp.asarray(alpha, jnp.float64))
+    omega = jnp.atleast_1d(jnp.asarray(omega, jnp.float64))
+    if alpha.ndim != 1 or alpha.shape != omega.shape:
+        raise ValueError(f"alpha and omega must be 1-d arrays of equal length, got {alpha.shape} and {omega.shape}")
+    return alpha, omega
+
+
+@uses_float64
+def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init: BranchInit | str = "semantic",
+                                quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False) -> SEResult:
+    """Solve at `N` points `(alpha[i], omega[i])` in one vmapped, jitted call (results carry a leading `(N,)` axis).
+
+    `init` is shared by all points, or with `batched_init=True` a `BranchInit` with a leading `(N,)` axis
+    (`stack_inits`). Every point gets the same work per iteration and the loop runs until the slowest
+    point is done; `solve_along_alpha` (continuation) is much cheaper along a line of `alpha`.
+    """
+    alpha, omega = _check_grid(alpha, omega)
+    validate_params(params.replace(alpha=alpha, omega=omega))
+    scheme = resolve_scheme(quadrature, params)
+    if batched_init:
+        if not isinstance(init, BranchInit) or init.hold_m.shape != alpha.shape:
+            raise ValueError(f"a batched init must be a BranchInit with leading axis {alpha.shape}")
+        init = _as_float64(init)
+        fn = jax.vmap(lambda a, w, i: solve_jit(params.replace(alpha=a, omega=w), i, scheme, config)[0])
+        return fn(alpha, omega, init)
+    init = resolve_init(init, params)
+    return jax.vmap(lambda a, w: solve_jit(params.replace(alpha=a, omega=w), init, scheme, config)[0])(alpha, omega)
+
+
+@uses_float64
+def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | str = "semantic", quadrature=None,
+                      config: SEConfig = SEConfig()) -> SEResult:
+    """Follow a fixed point along `alphas (A,)` (strictly monotone) by continuation; results carry an `(A,)` axis.
+
+    Each solve starts from the previous fixed point, extrapolated linearly from the last two, with the
+    previous node minimisers as prox warm starts: a few Newton iterations per point instead of a cold
+    solve. If a solve fails the next restarts from the last success. The branch followed is the fixed
+    point reached from `init` at `alphas[0]`; where it ends (a fold) the continuation lands on another
+    fixed point or fails (see `fixed_point_census` for a systematic search).
+    """
+    a = np.asarray(alphas, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
+    if a.size > 1 and not (np.all(np.diff(a) > 0) or np.all(np.diff(a) < 0)):
+        raise ValueError("alphas must be strictly monotone for continuation")
+    validate_params(params.replace(alpha=jnp.asarray(a)))
+    init = resolve_init(init, params)
+    scheme = resolve_scheme(quadrature, params)
+    return solve_row_jit(params, jnp.asarray(a), init, scheme, config)
+
+
+@uses_float64
+def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init: BranchInit | str = "semantic",
+                               quadrature=None, config: SEConfig = SEConfig()) -> SEResult:
+    """Solve on the grid `omegas (W,) x alphas (A,)` in one jitted call; results carry a `(W, A)` leading axis.
+
+    Every `omega` is a continuation row along `alphas` (`solve_along_alpha`), and the rows are vmapped: the
+    cheapest way to solve many points (a warm start needs a few Newton iterations instead of a cold solve's
+    15-25). The phase diagram (`phasejax.phase.phase_diagram`) runs the same rows in resumable chunks.
+    """
+    a = np.asarray(alphas, dtype=np.float64)
+    w = np.atleast_1d(np.asarray(omegas, dtype=np.float64))
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
+    if a.size > 1 and not (np.all(np.diff(a) > 0) or np.all(np.diff(a) < 0)):
+        raise ValueError("alphas must be strictly monotone for continuation")
+    if w.ndim != 1:
+        raise ValueError(f"omegas must be a 1-d sequence, got shape {w.shape}")
+    validate_params(params.replace(alpha=jnp.asarray(a)))
+    validate_params(params.replace(omega=jnp.asarray(w)))
+    init = resolve_init(init, params)
+    scheme = resolve_scheme(quadrature, params)
+    return jax.vmap(lambda om: solve_row_jit(params.replace(omega=om), jnp.asarray(a), init, scheme, config))(
+        jnp.asarray(w))

@@ -1,0 +1,127 @@
+"""The `phasejax` command line: every subcommand's --help works (in-process, through the installed console
+script, and in a fresh virtual environment), defaults are shown, and bad flags are usage errors naming the flag."""
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from phasejax.cli import command_modules, main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = sorted(command_modules())
+EXPERIMENT_COMMANDS = ("train", "fig2", "scaling", "random-init", "counting", "histogram", "bench-training")
+
+
+def _run(argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_experiment_commands_are_discovered():
+    assert set(EXPERIMENT_COMMANDS) <= set(COMMANDS), COMMANDS
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_of_every_subcommand(name):
+    code, out, _ = _run([name, "--help"])
+    assert code == 0
+    assert out.startswith(f"usage: phasejax {name}")
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_COMMANDS)
+def test_help_shows_defaults_and_the_presets(name):
+    _, out, _ = _run([name, "--help"])
+    out = " ".join(out.split())   # argparse wraps help lines at the terminal width
+    assert "(default: cpu)" in out and "--preset {cpu,gpu}" in out
+    assert "(default: float" in out   # --dtype
+    assert "--run-dir" in out or name == "bench-training"
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["histogram", "--seeds", "0"], "--seeds"),
+    (["histogram", "--d", "7"], "--d"),
+    (["counting", "--steps", "0"], "--steps"),
+    (["counting", "--batch-size", "0"], "--batch-size"),
+    (["counting", "--configs", "mlp"], "--configs"),
+    (["fig2", "--seeds", "0"], "--seeds"),
+    (["fig2", "--omega", "1.5"], "--omega"),
+    (["scaling", "--ds", "10", "-5"], "--ds"),
+    (["random-init", "--max-steps", "2.5"], "--max-steps"),
+    (["train", "--alphas", "0"], "--alphas"),
+    (["train", "--dtype", "float16"], "--dtype"),
+    (["train", "--chunk-size", "0"], "--chunk-size"),
+    (["bench-training", "--steps", "-1"], "--steps"),
+])
+def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag):
+    code, _, err = _run(argv)
+    assert code == 2, err
+    assert f"argument {flag}" in err, err
+
+
+def test_flag_values_are_never_replaced_by_the_preset():
+    """An explicit value wins; only omitted flags take the preset's value (`--steps 0` used to become 2500)."""
+    from phasejax.cli import build_parser
+    from phasejax.commands.counting import PRESETS
+    from phasejax.commands.experiment_flags import pick
+
+    args = build_parser().parse_args(["counting", "--steps", "7"])
+    assert pick(args, "steps", PRESETS["cpu"]) == 7
+    assert pick(args, "seeds", PRESETS["cpu"]) == PRESETS["cpu"]["seeds"]
+
+
+def test_counting_config_names_are_case_insensitive_on_the_command_line():
+    from phasejax.cli import build_parser
+
+    args = build_parser().parse_args(["counting", "--configs", "DOT_bos_softmax", "Linear"])
+    assert args.configs == ["dot+BOS+softmax", "linear"]
+
+
+def _console_script() -> str:
+    exe = os.path.join(os.path.dirname(sys.executable), "phasejax")
+    return exe if os.path.exists(exe) else shutil.which("phasejax")
+
+
+def test_the_installed_console_script_runs():
+    exe = _console_script()
+    assert exe, "no `phasejax` console script next to the interpreter: install the package (pip install -e .)"
+    out = subprocess.run([exe, "counting", "--help"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage: phasejax counting" in out.stdout
+    listing = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=300)
+    assert listing.returncode == 0 and all(name in listing.stdout for name in EXPERIMENT_COMMANDS)
+
+
+@pytest.mark.slow
+def test_every_subcommand_help_works_in_a_fresh_virtual_environment(tmp_path):
+    """pip install of the checkout (not editable) into a new venv, then `phasejax <cmd> --help` for every command.
+
+    Needs network access to PyPI (the dependencies are downloaded). CI: `pytest -m slow tests/test_cli.py`.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+    install = subprocess.run([py, "-m", "pip", "install", "-q", ROOT], capture_output=True, text=True, timeout=1800,
+                             env=env)
+    assert install.returncode == 0, install.stderr[-3000:]
+    exe = str(venv / "bin" / "phasejax")
+    for name in COMMANDS:
+        out = subprocess.run([exe, name, "--help"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env=env)
+        assert out.returncode == 0, (name, out.stderr[-2000:])
+        assert f"usage: phasejax {name}" in out.stdout
+    # the installed package, not the checkout, was used
+    where = subprocess.run([py, "-c", "import phasejax; print(phasejax.__file__)"], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)
+    assert str(venv) in where.stdout, where.stdout
