@@ -1,4 +1,4 @@
-"""Purely positional linear baseline `f_B(x) = B x` (spec section 6, the paper's Result 5.1).
+"""Purely positional linear baseline `f_B(x) = B x` (docs/theory.md, section 6, the paper's Result 5.1).
 
 In the limit the empirical minimiser equals the population one,
 `B_hat = E[T(h*)]` with `h*_l ~ N(0, sigma_l^2 I_t)` independent, and
@@ -37,7 +37,7 @@ def linear_baseline_weights(params: TiedAttentionParams, quadrature: Quadrature 
 
 @uses_float64
 def linear_baseline_error(params: TiedAttentionParams, quadrature: Quadrature | None = None) -> Array:
-    """Test error `eps_lin` of the optimal positional linear model, shape `()` (spec section 6).
+    """Test error `eps_lin` of the optimal positional linear model, shape `()` (docs/theory.md, section 6).
 
     `quadrature` is over `h*` only, in `L t` dimensions (default: 10
     Gauss-Hermite nodes per dimension). Vanishes at `omega = 1`.

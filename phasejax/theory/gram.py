@@ -1,4 +1,4 @@
-"""Per-sample Gram matrices of the tied-attention data and the risk written through them (spec sections 1, 7).
+"""Per-sample Gram matrices of the tied-attention data and the risk written through them (docs/theory.md, sections 1, 7).
 
 For one sample, `ell_mu(h) = 1/(2d) ||y - S(h) xt||^2` depends on the data only
 through `G = xt xt^T / d`, `Y = xt y^T / d` (`L x L`) and `c = ||y||^2 / d`.
@@ -43,7 +43,7 @@ def sample_loss_gram(h: Array, G: Array, Y: Array, c: Array, params: TiedAttenti
 
 
 def gram_risk(Q: Array, inputs: GAMPInputs, params: TiedAttentionParams, mask: Array | None = None) -> Array:
-    """`R(Q)` of the tied student through the per-sample Gram matrices (spec sections 1, 7).
+    """`R(Q)` of the tied student through the per-sample Gram matrices (docs/theory.md, sections 1, 7).
 
     Equal to `phasejax.theory.gamp.empirical_risk` but touches the `(n, L, d)` data once per
     evaluation (`h = xt Q / sqrt(d)`) instead of forming `(n, L, d)`

@@ -1,4 +1,4 @@
-"""Model parameters of tied low-rank attention (spec section 1).
+"""Model parameters of tied low-rank attention (docs/theory.md, section 1).
 
 `TiedAttentionParams` is a frozen pytree: its array fields (`alpha`, `omega`,
 `lam`, `sigma`, `A`, `C`) can be vmapped over; its static fields (`r`, `t`,
@@ -25,7 +25,7 @@ from phasejax.precision import uses_float64
 Array = jax.Array
 
 PAPER_A = ((0.6, 0.4), (0.4, 0.6))
-"""The paper's standard positional matrix `A` (spec section 1)."""
+"""The paper's standard positional matrix `A` (docs/theory.md, section 1)."""
 PAPER_A_ASYMMETRIC = ((0.3, 0.7), (0.8, 0.2))
 """The paper's second example of `A`."""
 
@@ -48,7 +48,7 @@ def dot_product_student(h: Array, params: "TiedAttentionParams") -> Array:
 
 @struct.dataclass
 class TiedAttentionParams:
-    """Parameters of the tied-attention learning problem (spec section 1).
+    """Parameters of the tied-attention learning problem (docs/theory.md, section 1).
 
     Attributes:
       alpha: `()` sample complexity `n / d`, > 0.
@@ -190,7 +190,7 @@ def make_params(
 
 
 def token_swap_symmetric(params: TiedAttentionParams, atol: float = 1e-12) -> Array:
-    """Whether the problem is symmetric under token reversal with `p -> -p` (spec section 4).
+    """Whether the problem is symmetric under token reversal with `p -> -p` (docs/theory.md, section 4).
 
     With `P` the reversal permutation `l -> L-1-l`: equal `sigma` under `P`,
     `P A P^T = A` and `P C = -C`. When true, `m = 0` is an invariant subspace

@@ -207,7 +207,7 @@ def moreau_prox(
 
 @struct.dataclass
 class EnvelopeDerivatives:
-    """`f = V^{-1}(h_hat - omega)` and its implicit derivatives (spec sections 3-4).
+    """`f = V^{-1}(h_hat - omega)` and its implicit derivatives (docs/theory.md, sections 3-4).
 
     Attributes:
       f: `(L, r)`.

@@ -1,4 +1,4 @@
-"""Gaussian quadrature rules for expectations over standard normal vectors (spec section 8).
+"""Gaussian quadrature rules for expectations over standard normal vectors (docs/theory.md, section 8).
 
 A `Quadrature` holds `points` of shape `(N, D)` and `weights` of shape `(N,)`
 summing to one, such that `E[g(z)] ~ sum_i weights[i] g(points[i])` for
@@ -7,7 +7,7 @@ dimensions from one rule. Two rules share the interface:
 
 * `gauss_hermite(dim, order)`: tensor Gauss-Hermite, exact for polynomials of
   degree `<= 2 order - 1` in each coordinate; `order ** dim` nodes, right for
-  `dim <= 4` (spec section 8).
+  `dim <= 4` (docs/theory.md, section 8).
 * `quasi_monte_carlo(dim, n_points)`: a fixed Halton sequence (deterministic,
   no seed) mapped through the normal quantile; error `~ log(N)^D / N`, for
   higher dimensions.

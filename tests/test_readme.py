@@ -1,0 +1,28 @@
+"""The README's Python snippets, run top to bottom in one fresh interpreter (slow: they solve at the default)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_snippets() -> list[str]:
+    text = open(os.path.join(ROOT, "README.md")).read()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_the_readme_has_a_tour():
+    assert len(readme_snippets()) >= 4
+
+
+@pytest.mark.slow
+def test_the_readme_tour_runs_top_to_bottom(tmp_path):
+    code = "\n".join(readme_snippets())
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=3600)
+    assert out.returncode == 0, out.stderr[-4000:]
