@@ -108,6 +108,7 @@ def test_continuation_equals_a_cold_start():
     assert int(row.iterations[-1]) < int(cold.iterations)
 
 
+@pytest.mark.slow
 def test_continuation_with_the_adaptive_rule_agrees_within_the_error_bars():
     """The adaptive rule is oriented at the previous point of a row, at the solution itself in a cold solve:
     two orientations of one rule, so the fixed points agree within the reported quadrature errors."""
