@@ -223,6 +223,7 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
     glob = np.where(found[..., 0] | found[..., 1], np.where(sem, 1, 0), -1)
     pick = lambda arr: np.where(glob == 1, arr[..., 1], np.where(glob == 0, arr[..., 0], np.nan))  # noqa: E731
     na = len(grid.alphas)
+    n_fixed = count_fixed_points(grid, points)
     table = dict(
         e_positional=e[..., 0], e_positional_err=e_err[..., 0], e_semantic=e[..., 1], e_semantic_err=e_err[..., 1],
         delta_e=delta, delta_e_err=delta_err,
@@ -232,8 +233,8 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
         eps_lin=np.repeat(np.asarray(eps_lin)[:, None], na, 1),
         gain_positional=gain[..., 0], gain_semantic=gain[..., 1],
         stability_positional=stab[..., 0], stability_semantic=stab[..., 1],
-        n_fixed_points_positional=count_fixed_points(grid, points)[..., 0],
-        n_fixed_points_semantic=count_fixed_points(grid, points)[..., 1],
+        n_fixed_points_positional=n_fixed[..., 0],
+        n_fixed_points_semantic=n_fixed[..., 1],
     )
     a = np.asarray(grid.alphas)
     th = {k: [] for k in ("alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err", "alpha_l_status",

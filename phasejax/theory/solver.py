@@ -621,6 +621,17 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
     return jax.vmap(lambda a, w: solve_jit(params.replace(alpha=a, omega=w), init, scheme, config)[0])(alpha, omega)
 
 
+def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
+    """`alphas` as a float64 `(A,)` array, non-empty, strictly monotone and valid (continuation rows)."""
+    a = np.asarray(alphas, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
+    if a.size > 1 and not (np.all(np.diff(a) > 0) or np.all(np.diff(a) < 0)):
+        raise ValueError("alphas must be strictly monotone for continuation")
+    validate_params(params.replace(alpha=jnp.asarray(a)))
+    return a
+
+
 @uses_float64
 def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | str = "semantic", quadrature=None,
                       config: SEConfig = SEConfig()) -> SEResult:
@@ -632,12 +643,7 @@ def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | st
     point reached from `init` at `alphas[0]`; where it ends (a fold) the continuation lands on another
     fixed point or fails (see `fixed_point_census` for a systematic search).
     """
-    a = np.asarray(alphas, dtype=np.float64)
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
-    if a.size > 1 and not (np.all(np.diff(a) > 0) or np.all(np.diff(a) < 0)):
-        raise ValueError("alphas must be strictly monotone for continuation")
-    validate_params(params.replace(alpha=jnp.asarray(a)))
+    a = _check_alphas(alphas, params)
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
     return solve_row_jit(params, jnp.asarray(a), init, scheme, config)
@@ -652,15 +658,10 @@ def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init
     cheapest way to solve many points (a warm start needs a few Newton iterations instead of a cold solve's
     15-25). The phase diagram (`phasejax.phase.phase_diagram`) runs the same rows in resumable chunks.
     """
-    a = np.asarray(alphas, dtype=np.float64)
+    a = _check_alphas(alphas, params)
     w = np.atleast_1d(np.asarray(omegas, dtype=np.float64))
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
-    if a.size > 1 and not (np.all(np.diff(a) > 0) or np.all(np.diff(a) < 0)):
-        raise ValueError("alphas must be strictly monotone for continuation")
     if w.ndim != 1:
         raise ValueError(f"omegas must be a 1-d sequence, got shape {w.shape}")
-    validate_params(params.replace(alpha=jnp.asarray(a)))
     validate_params(params.replace(omega=jnp.asarray(w)))
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
