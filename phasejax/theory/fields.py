@@ -18,6 +18,8 @@ For standard normal `xi_l (r)`, `eta_l (t)` the fields of token `l` are
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -54,19 +56,59 @@ def zero_hats(params: TiedAttentionParams, dtype=jnp.float64) -> Hats:
                 Vhat=jnp.zeros((L, r, r), dtype), thetahat=jnp.zeros((L, r, t), dtype))
 
 
+def _divided_differences(lam: Array, f: Array, fprime: Array) -> Array:
+    """First divided differences `(f(l_i) - f(l_j)) / (l_i - l_j)` of a function at eigenvalues `lam (n,)`,
+    `f'` at the mean where two eigenvalues (nearly) coincide (Daleckii-Krein), shape `(n, n)`."""
+    li, lj = lam[:, None], lam[None, :]
+    diff = li - lj
+    close = jnp.abs(diff) <= 1e-9 * jnp.maximum(jnp.maximum(jnp.abs(li), jnp.abs(lj)), 1e-30)
+    mean_prime = 0.5 * (fprime[:, None] + fprime[None, :])
+    return jnp.where(close, mean_prime, (f[:, None] - f[None, :]) / jnp.where(close, 1.0, diff))
+
+
+def _root_functions(evals: Array, eps: float) -> tuple[Array, Array, Array, Array]:
+    """`sqrt`, pseudo-inverse `sqrt` (zero below `eps`) of clipped eigenvalues and their derivatives."""
+    clipped = jnp.clip(evals, 0.0, None)
+    pos = clipped > eps
+    safe = jnp.where(pos, clipped, 1.0)
+    sqrt = jnp.sqrt(clipped)
+    inv = jnp.where(pos, 1.0 / jnp.sqrt(safe), 0.0)
+    dsqrt = jnp.where(pos, 0.5 / jnp.sqrt(safe), 0.0)
+    dinv = jnp.where(pos, -0.5 / (safe * jnp.sqrt(safe)), 0.0)
+    return sqrt, inv, dsqrt, dinv
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _sym_roots(M: Array, eps: float) -> tuple[Array, Array, Array]:
+    evals, evecs = jnp.linalg.eigh(M)
+    sqrt, inv, _, _ = _root_functions(evals, eps)
+    return (evecs * sqrt) @ evecs.T, (evecs * inv) @ evecs.T, evals[0]
+
+
+@_sym_roots.defjvp
+def _sym_roots_jvp(eps, primals, tangents):
+    # Matrix-function derivative by divided differences (Daleckii-Krein): well defined where eigenvalues
+    # coincide (e.g. q0 = c I for r > 1), where differentiating `eigh`'s eigenvectors gives NaN.
+    (M,), (dM,) = primals, tangents
+    evals, evecs = jnp.linalg.eigh(M)
+    sqrt, inv, dsqrt, dinv = _root_functions(evals, eps)
+    dMt = evecs.T @ dM @ evecs
+    back = lambda K: evecs @ (K * dMt) @ evecs.T  # noqa: E731
+    out = ((evecs * sqrt) @ evecs.T, (evecs * inv) @ evecs.T, evals[0])
+    d_out = (back(_divided_differences(evals, sqrt, dsqrt)), back(_divided_differences(evals, inv, dinv)), dMt[0, 0])
+    return out, d_out
+
+
 def sym_sqrt_pinv(M: Array, eps: float = 1e-14) -> tuple[Array, Array, Array]:
     """Symmetric square root, pseudo-inverse square root and smallest eigenvalue of a symmetric `M (n, n)`.
 
     Eigenvalues below zero are clipped for the roots (the smallest is
     returned unclipped, for validity checks); those below `eps` get a zero
-    inverse root.
+    inverse root. Differentiable also where eigenvalues coincide (the JVP is
+    the Daleckii-Krein divided-difference formula, not `eigh`'s eigenvector
+    derivative, which is undefined there).
     """
-    M = 0.5 * (M + M.T)
-    evals, evecs = jnp.linalg.eigh(M)
-    clipped = jnp.clip(evals, 0.0, None)
-    sqrt = (evecs * jnp.sqrt(clipped)) @ evecs.T
-    inv = jnp.where(clipped > eps, 1.0 / jnp.sqrt(jnp.where(clipped > eps, clipped, 1.0)), 0.0)
-    return sqrt, (evecs * inv) @ evecs.T, evals[0]
+    return _sym_roots(0.5 * (M + M.T), eps)
 
 
 @struct.dataclass
