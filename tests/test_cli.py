@@ -42,7 +42,7 @@ def test_help_of_every_subcommand(name):
 def test_help_shows_defaults_and_the_presets(name):
     _, out, _ = _run([name, "--help"])
     out = " ".join(out.split())   # argparse wraps help lines at the terminal width
-    assert "(default: cpu)" in out and "--preset {cpu,gpu}" in out
+    assert "(default: cpu)" in out and "--preset {cpu,gpu" in out
     assert "(default: float" in out   # --dtype
     assert "--run-dir" in out or name == "bench-training"
 

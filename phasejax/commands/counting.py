@@ -3,6 +3,9 @@
     phasejax counting                      # CPU preset: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min)
     phasejax counting --preset gpu         # the paper's grid: d, p in 1..128, 5 seeds, 20000 steps (GPU)
     phasejax counting --replot             # redraw phase_diagrams.png from <out>/runs.csv, no training
+    phasejax counting --preset proposition # d = T = 32, p = 1 (the relation-based proposition's point), all six
+                                           # configurations, 4 seeds, 20000 steps, loss curves recorded;
+                                           # into results/counting/proposition/ (about 10 min on 2 cores)
 
 For every configuration (linear, linear+softmax, dot, dot+softmax, dot+BOS,
 dot+BOS+softmax) the whole (d, p, seed) grid is padded to its largest d and p
@@ -11,7 +14,8 @@ under --run-dir/<config>/. Writes --out (default results/counting/): runs.csv
 (config, T, L, d, p, seed, accuracy, final_loss), counting.json (the
 configurations), phase_diagrams.png (best and mean accuracy over seeds; colour
 scale from the majority-class accuracy), constructions.csv (the explicit
-constructions' accuracy on fresh sequences) and summary.json.
+constructions' accuracy on fresh sequences) and summary.json. The proposition preset also writes
+curves.csv (block means of every run's training loss) and loss_curves.png.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import time
 from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
 from phasejax.commands.experiment_flags import (
     add_dtype,
-    add_preset,
     dtype_from,
     environment,
     not_finished,
@@ -37,6 +40,8 @@ PRESETS = {
     # fits the 15-minute CPU budget; T and L are the paper's, the grid and the steps are not
     "cpu": dict(ds=[4, 16, 64], ps=[4, 16, 64], seeds=2, steps=2500, batch_size=128),
     "gpu": dict(ds=[2**k for k in range(8)], ps=[2**k for k in range(8)], seeds=5, steps=20000, batch_size=128),
+    # the relation-based proposition's point (d >= T = 32, p = 1), trained long enough for the loss to flatten
+    "proposition": dict(ds=[32], ps=[1], seeds=4, steps=20000, batch_size=128, curve_points=100),
 }
 
 
@@ -52,8 +57,11 @@ def _config_name(text: str) -> str:
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); "
-                   "gpu: d, p in 1..128, 5 seeds, 20000 steps")
+    ap.add_argument("--preset", choices=tuple(PRESETS), default="cpu",
+                    help="cpu: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); "
+                         "gpu: d, p in 1..128, 5 seeds, 20000 steps (not run: no GPU); "
+                         "proposition: d = 32, p = 1, 4 seeds, 20000 steps with loss curves, into "
+                         "results/counting/proposition by default")
     ap.add_argument("--configs", nargs="+", type=_config_name, default=None,
                     help="subset of the six configurations (case-insensitive; default: all six)")
     ap.add_argument("--T", type=positive_int, default=32, help="alphabet size")
@@ -67,7 +75,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per run")
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true", help="only redraw the figure from <out>/runs.csv")
-    ap.add_argument("--out", default=os.path.join("results", "counting"), help="output folder")
+    ap.add_argument("--out", default=None,
+                    help="output folder (default results/counting, results/counting/proposition for that preset)")
     add_run_options(ap, chunk_size=64)
 
 
@@ -100,6 +109,8 @@ def run(args) -> int:
     )
     from phasejax.tasks.histogram import HistogramTask, sample_sequences
 
+    if args.out is None:
+        args.out = os.path.join("results", "counting", *(("proposition",) if args.preset == "proposition" else ()))
     if args.replot:
         path = os.path.join(args.out, "runs.csv")
         if not os.path.exists(path):
@@ -122,8 +133,12 @@ def run(args) -> int:
     grid = CountingGrid(ds=ds, ps=ps, seeds=tuple(range(seeds)))
     options = run_options_from(args, args.out)
     t0 = time.perf_counter()
+    curve_points = preset.get("curve_points", 0)
+    if curve_points and steps % curve_points:
+        curve_points = next(c for c in range(min(curve_points, steps), 0, -1) if steps % c == 0)
     runs = counting_phase_diagrams(grid, task, names, steps=steps, batch_size=batch, learning_rate=args.lr,
-                                   n_test=args.n_test, dtype=dtype_from(args), options=options)
+                                   n_test=args.n_test, curve_points=curve_points, dtype=dtype_from(args),
+                                   options=options)
     if runs is None:
         return not_finished(options)
     seconds = time.perf_counter() - t0
@@ -131,7 +146,11 @@ def run(args) -> int:
         acc = runs.select(name)["accuracy"]
         print(f"{name:16s} {len(acc)} runs; best {acc.max():.4f}, runs at 100%: {int(np.sum(acc >= 1.0))}")
     paths = runs.write(args.out)
-    paths.append(_plot(runs, args.out, _title(args.T, args.L, steps, batch, seeds), args.T, args.L))
+    if len(ds) * len(ps) > 1:
+        paths.append(_plot(runs, args.out, _title(args.T, args.L, steps, batch, seeds), args.T, args.L))
+    if runs.curves is not None:
+        paths.append(plot_loss_curves(runs, os.path.join(args.out, "loss_curves.png"), T=args.T, L=args.L,
+                                      batch=batch))
 
     # explicit constructions on fresh sequences
     seqs = sample_sequences(jax.random.PRNGKey(12345), task, 20000)
@@ -147,7 +166,50 @@ def run(args) -> int:
     paths.append(write_csv(os.path.join(args.out, "constructions.csv"), cons))
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, T=args.T, L=args.L, ds=list(ds), ps=list(ps), seeds=seeds, steps=steps, batch_size=batch,
-        learning_rate=args.lr, n_test=args.n_test, dtype=args.dtype, total_seconds=seconds, **environment())))
+        learning_rate=args.lr, n_test=args.n_test, dtype=args.dtype, curve_points=curve_points,
+        total_seconds=seconds, accuracy={n: dict(mean=float(np.mean(runs.select(n)["accuracy"])),
+                                                 min=float(np.min(runs.select(n)["accuracy"])),
+                                                 max=float(np.max(runs.select(n)["accuracy"])))
+                                         for n in runs.names}, **environment())))
     print(f"total {seconds:.0f} s")
     print_paths(paths)
     return 0
+
+
+def plot_loss_curves(runs, path: str, *, T: int, L: int, batch: int) -> str:
+    """Training-loss curves (block means, log scale), one panel per configuration, one line per seed;
+    the legend gives each seed's final test accuracy."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from phasejax.plotting import save_figure
+
+    curves = runs.curves
+    names = runs.names
+    cols = 3
+    rows = -(-len(names) // cols)
+    fig = Figure(figsize=(4.2 * cols, 3.2 * rows))
+    axes = np.asarray(fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True))
+    for ax, name in zip(axes.ravel(), names):
+        sel = np.asarray(curves["config"]) == name
+        acc = runs.select(name)
+        for s in np.unique(curves["seed"][sel]):
+            m = sel & (np.asarray(curves["seed"]) == s)
+            a = float(acc["accuracy"][acc["seed"] == s][0])
+            ax.plot(curves["step"][m], curves["loss"][m], lw=1.2, label=f"seed {int(s)}: acc {100 * a:.2f}%")
+        d, p = int(curves["d"][sel][0]), int(curves["p"][sel][0])
+        ax.set_title(f"{name} (d={d}, p={p})", fontsize=9)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both", lw=0.4)
+        ax.legend(fontsize=7, loc="lower left")
+    for ax in axes[-1]:
+        ax.set_xlabel("Adam step (fresh batch each)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("training cross-entropy (nats)")
+    for ax in axes.ravel()[len(names):]:
+        ax.set_visible(False)
+    block = int(curves["step"][1] - curves["step"][0]) if len(curves["step"]) > 1 else 1
+    fig.suptitle(f"Histogram task T={T}, L={L}: online training loss (means over blocks of {block} steps, "
+                 f"batch {batch}); legend: final test accuracy per seed", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)

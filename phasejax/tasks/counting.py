@@ -210,17 +210,31 @@ def counting_accuracy(params: dict, key: Array, task: HistogramTask, cfg: Counti
     return masked_accuracy(counting_logits(params, tokens, cfg, d, p), labels)
 
 
+def loss_curve(losses: Array, points: int) -> Array:
+    """Block means of a training-loss trace `losses (steps,)`: `(points,)`, block `b` the mean over steps
+    `[b s, (b + 1) s)` with `s = steps // points` (the last `steps mod points` steps are left out)."""
+    size = losses.shape[0] // points
+    return jnp.mean(losses[: size * points].reshape(points, size), axis=1)
+
+
 def counting_run(seed, d, p, *, task: HistogramTask, cfg: CountingConfig, d_max: int, p_max: int, steps: int,
-                 batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096,
+                 batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096, curve_points: int = 0,
                  dtype=jnp.float32) -> dict[str, Array]:
-    """One run (pure in `seed`, `d`, `p`; vmap over them): init, online Adam, fresh-sample accuracy, in `dtype`."""
+    """One run (pure in `seed`, `d`, `p`; vmap over them): init, online Adam, fresh-sample accuracy, in `dtype`.
+
+    Returns `accuracy`, `final_loss` (mean over the last tenth of the steps) and, when `curve_points > 0`,
+    `loss_curve (curve_points,)` (`loss_curve` of the trace: block means of the training loss).
+    """
     k_init, k_train, k_test = jax.random.split(jax.random.PRNGKey(seed), 3)
     params0 = init_counting_params(k_init, task, cfg, d, p, d_max, p_max, dtype)
     params, losses = train_counting(params0, k_train, task, cfg, d, p, steps=steps, batch_size=batch_size,
                                     learning_rate=learning_rate)
     tail = max(1, steps // 10)
-    return dict(accuracy=counting_accuracy(params, k_test, task, cfg, d, p, n_test),
-                final_loss=jnp.mean(losses[-tail:]))
+    out = dict(accuracy=counting_accuracy(params, k_test, task, cfg, d, p, n_test),
+               final_loss=jnp.mean(losses[-tail:]))
+    if curve_points:
+        out["loss_curve"] = loss_curve(losses, curve_points)
+    return out
 
 
 def _int_tuple(values, name: str, minimum: int) -> tuple[int, ...]:
@@ -262,25 +276,34 @@ RUN_COLUMNS = ("config", "T", "L", "d", "p", "seed", "accuracy", "final_loss")
 """Columns of a counting `runs.csv`: configuration name, task, grid point, fresh-sample accuracy and the
 mean training loss over the last tenth of the steps."""
 
+CURVE_COLUMNS = ("config", "d", "p", "seed", "step", "loss")
+"""Columns of a counting `curves.csv` (written when the sweep recorded loss curves): one row per run and
+block, `step` the block's last step (1-based), `loss` the block mean of the online training loss."""
+
 
 def counting_config(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig, *, steps: int, batch_size: int,
-                    learning_rate: float, n_test: int, dtype) -> dict:
-    """The complete configuration of one counting sweep (the one builder; what `run_dir/config.json` records)."""
+                    learning_rate: float, n_test: int, dtype, curve_points: int = 0) -> dict:
+    """The complete configuration of one counting sweep (the one builder; what `run_dir/config.json` records).
+
+    `curve_points` enters only when > 0 (sweeps without curves keep their fingerprint)."""
+    extra = dict(curve_points=int(curve_points)) if curve_points else {}
     return dict(kind="counting_sweep", config=cfg.name, T=task.T, L=task.L, **grid.to_json(), steps=int(steps),
                 batch_size=int(batch_size), learning_rate=float(learning_rate), n_test=int(n_test),
-                optimizer="adam", data="online (fresh batch per step)", dtype=str(np.dtype(dtype)))
+                optimizer="adam", data="online (fresh batch per step)", dtype=str(np.dtype(dtype)), **extra)
 
 
 @dataclasses.dataclass
 class CountingRuns:
-    """Counting runs of one or more configurations: `runs` (columns `RUN_COLUMNS`) and `config[name]`.
+    """Counting runs of one or more configurations: `runs` (columns `RUN_COLUMNS`), `config[name]` and,
+    when the sweep recorded them, `curves` (columns `CURVE_COLUMNS`, one row per run and block).
 
-    `write(out_dir)` writes `runs.csv` and `counting.json`; `CountingRuns.load(out_dir)` reads them back;
-    `CountingRuns.from_csv(path)` rebuilds from `runs.csv` alone (`config={}`).
+    `write(out_dir)` writes `runs.csv`, `counting.json` and `curves.csv` (if any); `CountingRuns.load(out_dir)`
+    reads them back; `CountingRuns.from_csv(path)` rebuilds from `runs.csv` alone (`config={}`).
     """
 
     runs: dict[str, np.ndarray]
     config: dict
+    curves: dict | None = None
 
     @property
     def names(self) -> list[str]:
@@ -304,13 +327,21 @@ class CountingRuns:
         config = {}
         for p in parts:
             config.update(p.config)
-        return cls(runs=runs, config=config)
+        with_curves = [p.curves for p in parts if p.curves is not None]
+        if with_curves and len(with_curves) != len(parts):
+            raise ValueError("parts must all have loss curves or none")
+        curves = ({k: np.concatenate([np.asarray(c[k]) for c in with_curves]) for k in CURVE_COLUMNS}
+                  if with_curves else None)
+        return cls(runs=runs, config=config, curves=curves)
 
     def write(self, out_dir: str) -> list[str]:
-        """Write `runs.csv` and `counting.json` (configurations) into `out_dir`; returns the paths."""
+        """Write `runs.csv`, `counting.json` (configurations) and `curves.csv` (if any) into `out_dir`."""
         os.makedirs(out_dir, exist_ok=True)
-        return [write_csv(os.path.join(out_dir, "runs.csv"), self.runs, RUN_COLUMNS),
-                atomic_write_json(os.path.join(out_dir, "counting.json"), dict(config=self.config))]
+        paths = [write_csv(os.path.join(out_dir, "runs.csv"), self.runs, RUN_COLUMNS),
+                 atomic_write_json(os.path.join(out_dir, "counting.json"), dict(config=self.config))]
+        if self.curves is not None:
+            paths.append(write_csv(os.path.join(out_dir, "curves.csv"), self.curves, CURVE_COLUMNS))
+        return paths
 
     @classmethod
     def from_csv(cls, path: str) -> "CountingRuns":
@@ -327,8 +358,18 @@ class CountingRuns:
 
     @classmethod
     def load(cls, out_dir: str) -> "CountingRuns":
+        """Read `runs.csv`, `counting.json` and, if present, `curves.csv` written by `write`."""
         out = cls.from_csv(os.path.join(out_dir, "runs.csv"))
         out.config = read_json(os.path.join(out_dir, "counting.json"))["config"]
+        path = os.path.join(out_dir, "curves.csv")
+        if os.path.exists(path):
+            raw = read_csv(path)
+            curves = {k: raw[k] for k in CURVE_COLUMNS}
+            curves["config"] = np.asarray([str(c) for c in curves["config"]])
+            for k in ("d", "p", "step"):
+                curves[k] = curves[k].astype(np.int32)
+            curves["seed"] = curves["seed"].astype(np.int64)
+            out.curves = curves
         return out
 
 
@@ -341,14 +382,15 @@ def _check_training(steps, batch_size, n_test, learning_rate) -> None:
 
 
 def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig | str, *, steps: int,
-                   batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096, dtype=jnp.float32,
-                   options: RunOptions | None = None) -> CountingRuns | None:
+                   batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096, curve_points: int = 0,
+                   dtype=jnp.float32, options: RunOptions | None = None) -> CountingRuns | None:
     """Train every `(d, p, seed)` of `grid` for one configuration, padded to the grid's largest `d`, `p`.
 
     Each chunk is one compiled `vmap` of `counting_run`, sharded over the devices,
     written atomically under `options.run_dir` and skipped on a re-run; multi-host
     through `options.process_index/process_count` (see `phasejax.sweep.run_chunked`).
-    `dtype` float32 (default) or float64 (run inside `dtype_scope`).
+    `dtype` float32 (default) or float64 (run inside `dtype_scope`). `curve_points > 0` also records each
+    run's training-loss curve as that many block means (`CountingRuns.curves`; `steps` must be a multiple).
     Returns `CountingRuns` (task columns plus `accuracy` and `final_loss`), or `None` while chunks are missing.
     """
     if not isinstance(grid, CountingGrid):
@@ -359,10 +401,15 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig 
     if not isinstance(cfg, CountingConfig):
         raise ValueError(f"cfg must be a CountingConfig or a configuration name, got {cfg!r}")
     _check_training(steps, batch_size, n_test, learning_rate)
+    if isinstance(curve_points, (bool, np.bool_)) or not isinstance(curve_points, (int, np.integer)) \
+            or curve_points < 0 or (curve_points and steps % curve_points):
+        raise ValueError(f"curve_points must be an integer >= 0 dividing steps={steps}, got "
+                         f"curve_points={curve_points!r}")
     dtype = check_float_dtype(dtype)
     options = run_options(options)
     d_max, p_max = max(grid.ds), max(grid.ps)
-    kw = dict(steps=int(steps), batch_size=int(batch_size), learning_rate=float(learning_rate), n_test=int(n_test))
+    kw = dict(steps=int(steps), batch_size=int(batch_size), learning_rate=float(learning_rate), n_test=int(n_test),
+              curve_points=int(curve_points))
 
     def fn(chunk):
         one = lambda s, d, p: counting_run(s, d, p, task=task, cfg=cfg, d_max=d_max, p_max=p_max,  # noqa: E731
@@ -379,12 +426,22 @@ def counting_sweep(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig 
     runs = dict(config=np.full(n, cfg.name), T=np.full(n, task.T, np.int32), L=np.full(n, task.L, np.int32),
                 **tasks, accuracy=np.asarray(out["accuracy"], np.float64),
                 final_loss=np.asarray(out["final_loss"], np.float64))
-    return CountingRuns(runs={k: runs[k] for k in RUN_COLUMNS}, config={cfg.name: canonical_config(config)})
+    curves = None
+    if curve_points:
+        loss = np.asarray(out["loss_curve"], np.float64)            # (runs, curve_points)
+        block = int(steps) // int(curve_points)
+        rep = lambda v: np.repeat(np.asarray(v), curve_points)      # noqa: E731
+        curves = dict(config=np.full(loss.size, cfg.name), d=rep(tasks["d"]), p=rep(tasks["p"]),
+                      seed=rep(tasks["seed"]), step=np.tile(block * np.arange(1, curve_points + 1), n),
+                      loss=loss.ravel())
+    return CountingRuns(runs={k: runs[k] for k in RUN_COLUMNS}, config={cfg.name: canonical_config(config)},
+                        curves=curves)
 
 
 def counting_phase_diagrams(grid: CountingGrid, task: HistogramTask, configs=None, *, steps: int,
                             batch_size: int = 128, learning_rate: float = 1e-3, n_test: int = 4096,
-                            dtype=jnp.float32, options: RunOptions | None = None) -> CountingRuns | None:
+                            curve_points: int = 0, dtype=jnp.float32,
+                            options: RunOptions | None = None) -> CountingRuns | None:
     """`counting_sweep` for each configuration (default: all six), one after the other.
 
     With `options.run_dir`, configuration `c` resumes in `run_dir/<c.dir_name>`
@@ -403,7 +460,7 @@ def counting_phase_diagrams(grid: CountingGrid, task: HistogramTask, configs=Non
         opts = options if options.run_dir is None else options.replace(
             run_dir=os.path.join(options.run_dir, cfg.dir_name))
         parts.append(counting_sweep(grid, task, cfg, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-                                    n_test=n_test, dtype=dtype, options=opts))
+                                    n_test=n_test, curve_points=curve_points, dtype=dtype, options=opts))
     if any(p is None for p in parts):
         return None
     return CountingRuns.concatenate(parts)

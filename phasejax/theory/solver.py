@@ -120,11 +120,17 @@ class BranchInit(NamedTuple):
     `hold_m`, `hold_theta`: `()` bool arrays; when true, `m` (with `mhat`) or
     `theta0` (with `thetahat`) is held at zero throughout. Being arrays, inits
     of different branches can be stacked (`stack_inits`) and vmapped.
+    `gauge`: optional `(n,)` bool over `ravel(Overlaps)`: coordinates held at
+    their init value *without* touching the hats (a gauge fixing where the SE
+    has a continuous symmetry, e.g. the rotations `Q -> Q R` of a tied student
+    of rank `r > 1`: fixed points form orbits and `I - J` is singular along
+    them). They are neither updated nor part of the residual or the stability.
     """
 
     overlaps: Overlaps
     hold_m: Array
     hold_theta: Array
+    gauge: Array | None = None
 
 
 # Default inits in per-token units (q, V, theta per token; m), those of the
@@ -172,12 +178,16 @@ def stack_inits(inits: list[BranchInit]) -> BranchInit:
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *inits)
 
 
-def free_mask(init: BranchInit) -> Array:
-    """`(n,)` bool over `ravel(Overlaps)`: the coordinates the branch solves for (held ones are False)."""
+def free_mask(init: BranchInit, with_gauge: bool = True) -> Array:
+    """`(n,)` bool over `ravel(Overlaps)`: the coordinates the branch solves for (held ones are False;
+    with `with_gauge`, gauge-fixed ones too)."""
     ov = init.overlaps
     masks = Overlaps(q0=jnp.ones_like(ov.q0, bool), m=jnp.broadcast_to(~init.hold_m, ov.m.shape),
                      V0=jnp.ones_like(ov.V0, bool), theta0=jnp.broadcast_to(~init.hold_theta, ov.theta0.shape))
-    return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(masks)])
+    mask = jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(masks)])
+    if with_gauge and init.gauge is not None:
+        mask = mask & ~init.gauge
+    return mask
 
 
 # ----------------------------------------------------------------------------
@@ -292,6 +302,8 @@ class NewtonSE:
         def F(x_):
             ev = se_map(x_, unravel, self.params, self.scheme, ib.hold_m, ib.hold_theta, warm, alt_mode, self.config,
                         frame=self.frame)
+            if ib.gauge is not None:   # gauge-fixed coordinates stay where they are
+                ev = ev._replace(Fx=jnp.where(ib.gauge, x_, ev.Fx))
             return ev.Fx, ev
 
         return jax.jacfwd(F, has_aux=True)(x)
@@ -399,7 +411,7 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
     ov = unravel(x)
     ev = state.ev
     free = free_mask(ib)
-    held = ~free
+    held = ~free_mask(ib, with_gauge=False)
     rule = scheme.main(ov, params, solver.frame)
     e_t = training_loss(ov, ev.hats, ev.envelope, params)
     eps_g = test_error(ov, params, rule)

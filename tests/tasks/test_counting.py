@@ -1,5 +1,7 @@
 """Histogram task (issue 6): labels, explicit constructions, padded and vmapped counting sweeps."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +20,7 @@ from phasejax.tasks.counting import (
     counting_run,
     counting_sweep,
     init_counting_params,
+    loss_curve,
     inventory_counting_params,
     relation_counting_params,
     train_counting,
@@ -174,3 +177,41 @@ def test_bad_task_inputs():
     with pytest.raises(ValueError, match="steps"):
         counting_sweep(CountingGrid(ds=(2,), ps=(2,), seeds=(0,)), HistogramTask(4, 3), COUNTING_CONFIGS["dot"], steps=0)
     assert not x64_enabled()
+
+
+COMMITTED = os.path.join(os.path.dirname(__file__), "..", "..", "results", "counting")
+
+
+def test_loss_curves_are_block_means_whose_last_block_is_the_final_loss(tmp_path):
+    np.testing.assert_allclose(loss_curve(jnp.arange(10.0), 5), [0.5, 2.5, 4.5, 6.5, 8.5])
+    task, grid = HistogramTask(5, 4), CountingGrid(ds=(3,), ps=(1, 2), seeds=(0,))
+    runs = counting_phase_diagrams(grid, task, ["dot+BOS+softmax", "linear"], steps=30, batch_size=8, n_test=32,
+                                   curve_points=10)
+    c = runs.curves
+    assert len(c["loss"]) == 2 * 2 * 10 and set(c["step"]) == set(range(3, 31, 3))
+    for name in runs.names:
+        r = runs.select(name)
+        for p, final in zip(r["p"], r["final_loss"]):   # final_loss = mean of the last tenth = the last block
+            sel = (c["config"] == name) & (c["p"] == p) & (c["step"] == 30)
+            np.testing.assert_allclose(c["loss"][sel], [final], rtol=1e-6)
+    runs.write(str(tmp_path))
+    back = CountingRuns.load(str(tmp_path))
+    for k, v in runs.curves.items():
+        np.testing.assert_array_equal(back.curves[k], v, err_msg=k)
+    with pytest.raises(ValueError, match="curve_points"):
+        counting_sweep(grid, task, "dot", steps=30, curve_points=7)
+
+
+@pytest.mark.parametrize("sub", ["", "proposition"])
+def test_committed_outputs_load_with_their_configuration(sub):
+    out = os.path.join(COMMITTED, sub)
+    if not os.path.exists(os.path.join(out, "counting.json")):
+        pytest.skip(f"no committed {out}/counting.json")
+    loaded, plain = CountingRuns.load(out), CountingRuns.from_csv(os.path.join(out, "runs.csv"))
+    for k, v in plain.runs.items():
+        np.testing.assert_array_equal(loaded.runs[k], v, err_msg=k)
+    assert set(loaded.config) == set(loaded.names)
+    for name in loaded.names:
+        cfg, r = loaded.config[name], loaded.select(name)
+        assert cfg["config"] == name and cfg["T"] == int(r["T"][0]) and cfg["L"] == int(r["L"][0])
+        assert sorted(set(r["d"])) == sorted(cfg["ds"]) and sorted(set(r["p"])) == sorted(cfg["ps"])

@@ -72,7 +72,8 @@ def test_two_solutions_sweep_equals_its_run_and_round_trips(tmp_path):
     result = two_solutions(config, seeds=(3,), solutions="positional", options=RunOptions(progress=False))
     one = jax.jit(lambda: two_solutions_run(1, 3, config=config))()
     for key in ("accuracy_masked", "accuracy_after", "weight_move_sgd", "input_dependence_before"):
-        np.testing.assert_allclose(result.runs[key][0], one[key], rtol=1e-5, err_msg=key)
+        # input_dependence_before is ~1e-7 here (positional-only attention): compare it at float32 resolution
+        np.testing.assert_allclose(result.runs[key][0], one[key], rtol=1e-5, atol=1e-8, err_msg=key)
     # positional-only attention cannot depend on the tokens: the same pattern for every probe sequence
     before = result.attention["positional", "before"][0]
     np.testing.assert_allclose(before, np.broadcast_to(before[0], before.shape), atol=1e-6)

@@ -1,0 +1,740 @@
+"""Correlated tokens from a Gaussian mixture (issue 12, item 2; paper appendix C.10, experiment E.3, Fig. 10).
+
+Data model. Token `l` of a sequence is `x_l = mu_{c_l} + z_l`, `z_l ~ N(0, sigma_l^2 I_d)`, with cluster means
+`mu_c = sum_j M[c, j] v_j` of norm O(1) along orthonormal directions `v_j` orthogonal to the positional ones
+(`v_j` are the positional-style directions `K + j` of `phasejax.empirics.data.positional_directions`). The label
+configuration `(c_1, .., c_L)` is drawn from a joint law (`LabelLaw`: a table of configurations and their
+probabilities) that correlates positions. The default is two antipodal clusters `M = [[a], [-a]]` with uniform
+marginals and `P(c_1 = c_2) = (1 + rho) / 2` (`two_cluster_law(rho)`), so `E[s_1 s_2] = rho` for the signs `s_l`.
+
+Teacher. `y = T(x Q* / sqrt(d)) x` with the random teacher `Q*` of the main model. The teacher does *not* see the
+means in the limit: `mu_c^T Q* / sqrt(d) ~ N(0, |mu_c|^2 / d) -> 0` (the paper's Assumption C.1 allows a teacher
+overlap with the means; for a teacher drawn independently of them it vanishes). Likewise the means drop out of the
+loss's token Gram matrix (`|mu_c|^2 / d -> 0`), so `D = diag(sigma_l^2)` is unchanged.
+
+State evolution (spec section 9). Given the labels, the means enter exactly as positional encodings do
+(`p_l -> p_l + mu_{c_l}`): with the directions `(u_1..u_K, v_1..v_J)` each configuration has its own encoding matrix
+`C_cfg = [C | M[c_l]] (L, K + J)`, the order parameter `m` becomes `(K + J, r)` (its last `J` rows are the student's
+overlaps with the cluster directions, `m_cluster`), and every Gaussian average is the label-weighted average of the
+conditional ones (`mixture_hats`):
+
+    qhat, Vhat, thetahat = sum_cfg w_cfg (hats of cfg),      Mhat = sum_cfg w_cfg C_cfg^T mhat_cfg,
+
+followed by the usual entropic updates (`mixture_overlap_updates`). The training loss (free energy) and the test
+error are label averages too (`mixture_training_loss`, `mixture_test_error`).
+
+What follows (tested in `tests/extensions/test_correlated.py`):
+
+* At `m_cluster = 0` every configuration has the same fields, so the mixture map *is* the main map, for every label
+  law: the main SE's fixed points are mixture fixed points. The subspace `m_cluster = 0` is invariant when the label
+  law is symmetric under exchanging the clusters (`c -> 1 - c`, i.e. `M -> -M`; the two-cluster law with uniform
+  marginals is), because the map is then equivariant under `m_cluster -> -m_cluster`.
+* Whether the student learns the cluster direction is decided by the linear gain of the map out of that subspace,
+  `cluster_gain = d F_{m_cluster} / d m_cluster` at the fixed point (a JVP). By the structure above,
+  `cluster_gain(rho) = a^2 G^{-1} sum_{l,k} E[s_l s_k] dmhat_l / dm_k` is affine in `rho`. While it is below one the
+  main fixed point is the (locally unique) mixture fixed point, both branches keep their free energy and
+  **`alpha_c` does not move** with `rho` in the `d -> inf` limit; the experiments test this at finite `d`.
+
+`main` writes `theory.csv` (both branches along alpha, per `rho`, with `m_cluster` and `cluster_gain` columns),
+`runs.csv` (tied students trained by L-BFGS from positional and semantic inits on mixture data, per `rho`, seed,
+`d`), `thresholds.csv` (theory `alpha_c` per `rho`, and the empirical crossing of the two inits' training losses with
+its shift against `rho = 0`) and a figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+
+from phasejax.empirics.data import cast_params, check_positive_int, positional_directions, run_keys, standard_normal
+from phasejax.empirics.metrics import fresh_test_error
+from phasejax.empirics.students import INITS, init_weights, make_student, query_weights
+from phasejax.empirics.training import TrainConfig, minimize
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
+from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
+from phasejax.solvers import status_names
+from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.theory.census import CENSUS_SEEDS
+from phasejax.theory.fields import Hats, Overlaps
+from phasejax.theory.gram import gram_inputs, gram_risk
+from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
+from phasejax.theory.quadrature import SobolRule
+from phasejax.theory.updates import hats_from_nodes, node_values, test_error
+
+Array = jax.Array
+NAME = "correlated"
+
+PRESETS = {
+    "cpu": dict(
+        alphas=(0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
+        omega=0.3,
+        rhos=(0.0, 0.9),
+        mean_norm=1.0,
+        train_alphas=(0.75, 1.0, 1.25, 1.5, 2.0),
+        seeds=(0, 1, 2, 3),
+        ds=(200, 800),
+        gain_log2_n=11,
+    ),
+    "gpu": dict(
+        alphas=tuple(np.round(np.arange(0.3, 2.51, 0.1), 6)),
+        omega=0.3,
+        rhos=(-0.9, -0.5, 0.0, 0.5, 0.9),
+        mean_norm=1.0,
+        train_alphas=(0.5, 0.75, 1.0, 1.125, 1.25, 1.375, 1.5, 1.75, 2.0, 2.5),
+        seeds=tuple(range(10)),
+        ds=(200, 400, 800, 1600),
+        gain_log2_n=13,
+    ),
+}
+"""`cpu`: the committed results (6 alpha x 2 branches theory at omega = 0.3 for rho in {0, 0.9}; 5 alpha x 2 inits x
+4 seeds x 2 rho x d in {200, 800} runs); `gpu`: a finer grid, five correlations, 10 seeds at four sizes (not run)."""
+
+
+# ----------------------------------------------------------------------------
+# Label law and data
+# ----------------------------------------------------------------------------
+
+
+@struct.dataclass
+class LabelLaw:
+    """Joint law of the cluster labels of the `L` tokens and the cluster means' coordinates.
+
+    Attributes:
+      configs: `(n_cfg, L)` int, the label configurations `(c_1..c_L)`.
+      probs: `(n_cfg,)` their probabilities (non-negative, summing to one).
+      means: `(n_c, J)` coordinates `M[c, j]` of mean `mu_c` along the cluster directions `v_j`.
+    """
+
+    configs: Array
+    probs: Array
+    means: Array
+
+    @property
+    def n_directions(self) -> int:
+        return self.means.shape[-1]
+
+    def encodings(self, C: Array) -> Array:
+        """`C_cfg (n_cfg, L, K + J)`: the positional encodings `C (L, K)` next to the means `M[c_l]` of each config."""
+        E = jnp.asarray(self.means, C.dtype)[self.configs]                      # (n_cfg, L, J)
+        return jnp.concatenate([jnp.broadcast_to(C, (E.shape[0],) + C.shape), E], axis=-1)
+
+
+def make_label_law(configs, probs, means) -> LabelLaw:
+    """Validated `LabelLaw` (numpy inputs); `ValueError` naming the parameter for bad inputs."""
+    configs = np.asarray(configs)
+    probs = np.asarray(probs, float)
+    means = np.asarray(means, float)
+    if configs.ndim != 2 or configs.shape[0] < 1 or not np.issubdtype(configs.dtype, np.integer):
+        raise ValueError(f"configs must be an (n_cfg, L) integer array, got shape {configs.shape}, "
+                         f"dtype {configs.dtype}")
+    if probs.shape != (configs.shape[0],):
+        raise ValueError(f"probs must have shape (n_cfg,) = ({configs.shape[0]},), got {probs.shape}")
+    if not np.all(np.isfinite(probs)) or np.any(probs < 0) or abs(probs.sum() - 1.0) > 1e-9:
+        raise ValueError(f"probs must be >= 0 and sum to 1, got probs={probs.tolist()}")
+    if means.ndim != 2 or not np.all(np.isfinite(means)):
+        raise ValueError(f"means must be a finite (n_clusters, J) array, got shape {means.shape}")
+    if configs.min() < 0 or configs.max() >= means.shape[0]:
+        raise ValueError(f"configs must hold cluster indices in [0, {means.shape[0]}), got {np.unique(configs)}")
+    return LabelLaw(configs=jnp.asarray(configs, jnp.int32), probs=jnp.asarray(probs), means=jnp.asarray(means))
+
+
+def two_cluster_law(rho: float, mean_norm: float = 1.0) -> LabelLaw:
+    """Two antipodal clusters `mu = +-a v` (`a = mean_norm`), `L = 2`, uniform marginals, `P(c_1 = c_2) = (1 + rho)/2`.
+
+    The signs `s_l = +-1` of the tokens' means then have `E[s_l] = 0`, `E[s_1 s_2] = rho`.
+    """
+    rho = float(rho)
+    if not np.isfinite(rho) or not -1.0 <= rho <= 1.0:
+        raise ValueError(f"rho must lie in [-1, 1], got rho={rho}")
+    a = float(mean_norm)
+    if not np.isfinite(a) or a < 0:
+        raise ValueError(f"mean_norm must be finite and >= 0, got mean_norm={mean_norm}")
+    configs = [[0, 0], [0, 1], [1, 0], [1, 1]]
+    probs = [(1 + rho) / 4, (1 - rho) / 4, (1 - rho) / 4, (1 + rho) / 4]
+    return make_label_law(configs, probs, [[a], [-a]])
+
+
+@struct.dataclass
+class MixtureData:
+    """A data set: `x (n, L, d)` tokens, `y (n, L, d)` labels, `p (L, d)` positional encodings, `u (K, d)`,
+    `v (J, d)` cluster directions, `Qstar (d, t)`, `labels (n, L)` cluster labels."""
+
+    x: Array
+    y: Array
+    p: Array
+    u: Array
+    v: Array
+    Qstar: Array
+    labels: Array
+
+
+def sample_labels(key: Array, law: LabelLaw, n: int) -> Array:
+    """`(n, L)` label configurations drawn from `law` by inverse CDF of one uniform per sample (sample `mu` from
+    `fold_in(key, mu)`: prefix-stable, and the same uniforms for every law, so laws can be compared run by run)."""
+    U = jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (), jnp.float32))(jnp.arange(n))
+    cdf = jnp.cumsum(jnp.asarray(law.probs, jnp.float32))
+    idx = jnp.clip(jnp.sum(U[:, None] >= cdf[None, :-1], axis=1), 0, law.configs.shape[0] - 1)
+    return law.configs[idx]
+
+
+def mixture_tokens(key: Array, law: LabelLaw, sigma: Array, v: Array, n: int, dtype=jnp.float32) -> tuple[Array, Array]:
+    """Tokens `x_l = mu_{c_l} + sigma_l z_l`, `(n, L, d)`, and their labels `(n, L)`; `v (J, d)` the directions."""
+    k_lab, k_z = jax.random.split(key)
+    labels = sample_labels(k_lab, law, n)
+    sigma = jnp.asarray(sigma).astype(dtype)
+    L, d = sigma.shape[-1], v.shape[-1]
+    z = jax.vmap(lambda i: standard_normal(jax.random.fold_in(k_z, i), (L, d), dtype))(jnp.arange(n))
+    mu = jnp.asarray(law.means, dtype) @ v.astype(dtype)                    # (n_c, d)
+    return mu[labels] + sigma[None, :, None] * z, labels
+
+
+def teacher_labels(x: Array, Qstar: Array, params: TiedAttentionParams) -> Array:
+    """`y = T(x Q* / sqrt(d)) x`, `(n, L, d)`."""
+    hstar = jnp.einsum("nld,dt->nlt", x, Qstar) / jnp.sqrt(jnp.asarray(x.shape[-1], x.dtype))
+    T = jax.vmap(lambda h: params.target(h, params))(hstar)
+    return jnp.einsum("nij,njd->nid", T, x)
+
+
+def generate_mixture_data(key: Array, params: TiedAttentionParams, law: LabelLaw, d: int, n: int, *,
+                          dtype=jnp.float32) -> MixtureData:
+    """Draw `n` correlated-token sequences in dimension `d` (module docstring); pure and jittable (`d`, `n` static).
+
+    `params` gives `sigma`, `omega`, `A`, `C`, `t` and the target (its `alpha` is ignored). The cluster
+    directions `v (J, d)` are the positional-style directions `K .. K + J - 1` (orthonormal to `u`).
+    Tokens and teacher use the keys of `phasejax.empirics.generate_data` (`x` from the first half of `key`,
+    `Q*` from the second), so the noise `z` and the teacher are those of the main model's data set.
+    """
+    d = check_positive_int(d, "d")
+    n = check_positive_int(n, "n")
+    dtype = check_float_dtype(dtype)
+    validate_params(params.replace(alpha=jnp.ones_like(params.alpha)))
+    if law.configs.shape[-1] != params.L:
+        raise ValueError(f"law.configs must have L = {params.L} columns, got {law.configs.shape}")
+    K, J = params.K, law.n_directions
+    if K + J > d:
+        raise ValueError(f"d must be >= K + J = {K + J}, got d={d}")
+    with dtype_scope(dtype):
+        k_x, k_q = jax.random.split(key)
+        basis = positional_directions(d, K + J, dtype)
+        u, v = basis[:K], basis[K:]
+        x, labels = mixture_tokens(k_x, law, params.sigma, v, n, dtype)
+        Qstar = standard_normal(k_q, (d, params.t), dtype)
+        p_ = cast_params(params, dtype)
+        return MixtureData(x=x, y=teacher_labels(x, Qstar, p_), p=p_.C @ u, u=u, v=v, Qstar=Qstar, labels=labels)
+
+
+# ----------------------------------------------------------------------------
+# Mixture state evolution
+# ----------------------------------------------------------------------------
+
+
+class MixtureEvaluation(struct.PyTreeNode):
+    """The mixture map at one state: `overlaps` (the entropic update), averaged `hats` (per token), `Mhat (K+J, r)`,
+    `envelope ()` `E[M]`, `loss ()` `E[ell(h_hat)]`, `h (n_cfg, N, L r)` node minimisers."""
+
+    overlaps: Overlaps
+    hats: Hats
+    Mhat: Array
+    envelope: Array
+    loss: Array
+    h: Array
+
+
+def mixture_hats(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, weights: Array,
+                 warm: Array | None = None, n_steps: int = 8):
+    """Label-averaged hats: per configuration the hats of the main SE with `C_cfg`, then
+    `qhat, Vhat, thetahat = sum w_cfg hats_cfg` and `Mhat = sum w_cfg C_cfg^T mhat_cfg`.
+
+    `ov.m` is `(K + J, r)`; `points (N, L (r + t))`, `weights (N,)`; `warm (n_cfg, N, L r)` node starts
+    (default `omega`). Returns `(hats, Mhat, E[M], E[ell], h)`.
+    """
+    Cs = law.encodings(params.C)
+    w = jnp.asarray(law.probs, ov.q0.dtype)
+    n_cfg, N = Cs.shape[0], points.shape[0]
+    if warm is None:
+        warm = jnp.zeros((n_cfg, N, params.L * params.r), ov.q0.dtype)
+
+    def one(C_cfg, h0):
+        p_cfg = params.replace(C=C_cfg)
+        nodes = node_values(ov, p_cfg, points, h0, 1, n_steps=n_steps, extra_starts=True)
+        hats = hats_from_nodes(ov, p_cfg, nodes, weights)
+        return hats, C_cfg.T @ hats.mhat, weights @ nodes.envelope, weights @ nodes.loss, nodes.h
+
+    hats, Mh, env, loss, h = jax.vmap(one)(Cs, warm)
+    avg = lambda a: jnp.tensordot(w, a, axes=1)  # noqa: E731
+    return jax.tree_util.tree_map(avg, hats), avg(Mh), avg(env), avg(loss), h
+
+
+def mixture_overlap_updates(hats: Hats, Mhat: Array, params: TiedAttentionParams) -> Overlaps:
+    """Entropic updates (theory notes, section 4) with the label-averaged `Mhat (K + J, r)`."""
+    s2 = params.sigma**2
+    G = params.lam * jnp.eye(params.r, dtype=hats.Vhat.dtype) + jnp.einsum("l,lab->ab", s2, hats.Vhat)
+    G_inv = jnp.linalg.inv(G)
+    G_inv = 0.5 * (G_inv + G_inv.T)
+    qhat_eff = jnp.einsum("l,lab->ab", s2, hats.qhat)
+    th_eff = jnp.einsum("l,lat->ta", s2, hats.thetahat)
+    q0 = G_inv @ (qhat_eff + Mhat.T @ Mhat + th_eff.T @ th_eff) @ G_inv
+    return Overlaps(q0=0.5 * (q0 + q0.T), m=Mhat @ G_inv, V0=G_inv, theta0=th_eff @ G_inv)
+
+
+def mixture_map(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, weights: Array,
+                warm: Array | None = None) -> MixtureEvaluation:
+    """One step of the mixture SE: label-averaged hats, then the entropic update."""
+    hats, Mhat, env, loss, h = mixture_hats(ov, params, law, points, weights, warm)
+    return MixtureEvaluation(overlaps=mixture_overlap_updates(hats, Mhat, params), hats=hats, Mhat=Mhat,
+                             envelope=env, loss=loss, h=h)
+
+
+def mixture_training_loss(ov: Overlaps, ev: MixtureEvaluation, params: TiedAttentionParams) -> Array:
+    """Free-energy training loss `e_t` (theory notes, section 5) with label averages: the `mhat . m_l` term is
+    `sum_cfg w sum_l mhat_cfg,l . (C_cfg m)_l = tr(Mhat^T m)`."""
+    s2 = params.sigma**2
+    hats, Mhat = ev.hats, ev.Mhat
+    G = params.lam * jnp.eye(params.r, dtype=hats.Vhat.dtype) + jnp.einsum("l,lab->ab", s2, hats.Vhat)
+    qhat_eff = jnp.einsum("l,lab->ab", s2, hats.qhat)
+    th_eff = jnp.einsum("l,lat->ta", s2, hats.thetahat)
+    per_token = (0.5 * jnp.einsum("lab,ba->", hats.Vhat * s2[:, None, None], ov.q0)
+                 - 0.5 * jnp.einsum("lab,ba->", hats.qhat * s2[:, None, None], ov.V0)
+                 - jnp.einsum("lat,ta->", hats.thetahat * s2[:, None, None], ov.theta0)
+                 - jnp.sum(Mhat * ov.m))
+    entropic = 0.5 * jnp.trace(jnp.linalg.solve(G, qhat_eff + Mhat.T @ Mhat + th_eff.T @ th_eff))
+    return -(per_token + entropic - params.alpha * ev.envelope)
+
+
+def mixture_test_error(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, quadrature) -> Array:
+    """`eps_g` averaged over the label law (fresh fields with `C_cfg m` per configuration)."""
+    Cs = law.encodings(params.C)
+    errs = jax.vmap(lambda C: test_error(ov, params.replace(C=C), quadrature))(Cs)
+    return jnp.asarray(law.probs, errs.dtype) @ errs
+
+
+def embed_overlaps(ov: Overlaps, m_cluster: Array) -> Overlaps:
+    """Main-SE overlaps (`m (K, r)`) with cluster overlaps `m_cluster (J, r)` appended to `m`."""
+    return ov.replace(m=jnp.concatenate([ov.m, jnp.asarray(m_cluster, ov.m.dtype)], axis=0))
+
+
+def cluster_gain(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, weights: Array) -> Array:
+    """`d F_{m_cluster} / d m_cluster` `(J r, J r)` of the mixture map at main-SE overlaps `ov` (with `m_cluster = 0`)
+    by forward-mode differentiation (the node minimisers by the implicit function theorem). Its largest eigenvalue
+    above 1 means the student starts learning the cluster directions (the `m_cluster = 0` subspace is unstable)."""
+    J, r = law.n_directions, params.r
+    warm = mixture_hats(embed_overlaps(ov, jnp.zeros((J, r), ov.m.dtype)), params, law, points, weights)[4]
+
+    def F(mc):
+        ev = mixture_map(embed_overlaps(ov, mc.reshape(J, r)), params, law, points, weights, warm)
+        return ev.overlaps.m[params.K:].reshape(-1)
+
+    return jax.jacfwd(F)(jnp.zeros((J * r,), ov.m.dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("n_replicas",))
+def _gains_with_replicas(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, n_replicas: int):
+    N = points.shape[0]
+    per = N // n_replicas
+    W = jnp.repeat(jnp.eye(n_replicas, dtype=points.dtype), per, axis=1) / per
+    one = lambda w: jnp.max(jnp.linalg.eigvals(cluster_gain(ov, params, law, points, w)).real)  # noqa: E731
+    return one(jnp.full((N,), 1.0 / N, points.dtype)), jax.vmap(one)(W)
+
+
+def cluster_gain_with_error(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, rule: SobolRule):
+    """`(gain, err)`: the largest real eigenvalue of `cluster_gain` with the union of the Sobol replicas, and its
+    95% half-width (Student t, `n_replicas - 1` dof, times the standard error of the replica mean)."""
+    from scipy import stats
+
+    with float64_scope():
+        g, reps = _gains_with_replicas(ov, params, law, jnp.asarray(rule.points), rule.n_replicas)
+    reps = np.asarray(reps)
+    k = reps.size
+    return float(g), float(stats.t.ppf(0.975, k - 1) * reps.std(ddof=1) / np.sqrt(k))
+
+
+# ----------------------------------------------------------------------------
+# Experiments
+# ----------------------------------------------------------------------------
+
+RUN_COLUMNS = ("alpha", "omega", "rho", "seed", "init", "d", "q", "m", "m_cluster", "theta", "train_loss",
+               "test_error", "train_loss_theory", "test_error_theory", "n", "grad_norm", "steps", "status")
+
+
+def correlated_run(seed, alpha, rho, init, n, *, params: TiedAttentionParams, mean_norm: float, d: int, n_max: int,
+                   config: TrainConfig = TrainConfig(), n_test: int = 1000, dtype=jnp.float32) -> dict[str, Array]:
+    """One run: draw mixture data (law `two_cluster_law(rho)`, `rho` may be traced), init, train the tied student
+    by `minimize` on the first `n` samples, measure. Pure in `(seed, alpha, rho, init, n)` (vmap over them).
+
+    Returns scalars: `q = sigma_1^2 q0`, `m = u^T Q / sqrt(d)`, `m_cluster = v^T Q / sqrt(d)`,
+    `theta = sigma_1^2 theta0`, `train_loss = R / d`, `test_error` on `n_test` fresh mixture samples, `n`,
+    `grad_norm`, `steps`, `status`.
+    """
+    dtype = check_float_dtype(dtype)
+    p_ = cast_params(params, dtype)
+    p_ = p_.replace(alpha=jnp.asarray(alpha).astype(dtype))
+    rho = jnp.asarray(rho, jnp.float32)
+    a = float(mean_norm)
+    probs = jnp.stack([(1 + rho) / 4, (1 - rho) / 4, (1 - rho) / 4, (1 + rho) / 4])
+    law = LabelLaw(configs=jnp.asarray([[0, 0], [0, 1], [1, 0], [1, 1]], jnp.int32), probs=probs,
+                   means=jnp.asarray([[a], [-a]], dtype))
+    keys = run_keys(seed)
+    data = generate_mixture_data(keys["data"], p_, law, d, n_max, dtype=dtype)
+    mask = jnp.arange(n_max) < n
+    Q0 = init_weights(init, keys["init"], data.u, data.Qstar, params.r)
+    graphdef, weights = nnx.split(make_student("tied", Q0, L=params.L), nnx.Param)
+    inputs = gram_inputs(data.x, data.y, data.p)
+    res = minimize(lambda w: gram_risk(w["Q"][...], inputs, p_, mask), weights, config)
+    model = nnx.merge(graphdef, res.params)
+    x_test, _ = mixture_tokens(keys["test"], law, p_.sigma, data.v, n_test, dtype)
+    err = fresh_test_error(model, x_test, teacher_labels(x_test, data.Qstar, p_), data.p)
+    Q = query_weights(res.params)
+    s1 = p_.sigma[0] ** 2
+    sq = jnp.sqrt(jnp.asarray(d, dtype))
+    return dict(q=s1 * (Q[:, 0] @ Q[:, 0]) / d, m=(data.u[0] @ Q[:, 0]) / sq, m_cluster=(data.v[0] @ Q[:, 0]) / sq,
+                theta=s1 * (data.Qstar[:, 0] @ Q[:, 0]) / d, train_loss=res.loss / d, test_error=err, n=n,
+                grad_norm=res.grad_norm, steps=res.steps, status=res.status)
+
+
+def run_tasks(alphas, rhos, seeds, inits, d: int) -> dict[str, np.ndarray]:
+    """Task table in order `(rho, alpha, init, seed)`: `seed, alpha, rho, init (code), n = round(alpha d)`."""
+    codes = [INITS.index(i) for i in inits]
+    r_, a_, i_, s_ = np.meshgrid(np.asarray(rhos, float), np.asarray(alphas, float), codes, np.asarray(seeds),
+                                 indexing="ij")
+    n = np.rint(a_.ravel() * d).astype(np.int32)
+    if np.any(n < 1):
+        raise ValueError(f"alpha * d must be >= 1, got alphas={list(alphas)}, d={d}")
+    return dict(seed=s_.ravel().astype(np.int64), alpha=a_.ravel(), rho=r_.ravel(), init=i_.ravel().astype(np.int32),
+                n=n)
+
+
+def train_correlated(alphas, rhos, seeds, *, params: TiedAttentionParams, d: int, mean_norm: float = 1.0,
+                     inits=("positional", "semantic"), config: TrainConfig = TrainConfig(), n_test: int = 1000,
+                     options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """Train tied students on mixture data for every `(rho, alpha, init, seed)` at dimension `d` through
+    `run_chunked` (one jitted vmap of `correlated_run` per chunk). Returns the task columns and the metrics."""
+    for r in np.atleast_1d(rhos):
+        two_cluster_law(r, mean_norm)      # validates rho and mean_norm
+    d = check_positive_int(d, "d")
+    bad = [i for i in inits if i not in INITS]
+    if bad:
+        raise ValueError(f"inits must be names from {INITS}, got {inits}")
+    validate_params(params)
+    tasks = run_tasks(alphas, rhos, seeds, inits, d)
+    n_max = int(tasks["n"].max())
+    one = functools.partial(correlated_run, params=params, mean_norm=mean_norm, d=d, n_max=n_max, config=config,
+                            n_test=n_test)
+
+    def fn(chunk):
+        return jax.vmap(one)(*(jnp.asarray(chunk[k]) for k in ("seed", "alpha", "rho", "init", "n")))
+
+    cfg = dict(kind="correlated_runs", d=d, n_max=n_max, mean_norm=float(mean_norm), n_test=n_test,
+               train=dataclasses.asdict(config), sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam),
+               omega=float(params.omega), A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist())
+    out = run_chunked(fn, tasks, cfg, run_options(options))
+    metrics = {k: np.asarray(v) for k, v in out.items() if k not in tasks}
+    return {**tasks, **metrics, "d": np.full(len(tasks["seed"]), d)}
+
+
+# ----------------------------------------------------------------------------
+# Result, thresholds, figure
+# ----------------------------------------------------------------------------
+
+
+def crossing(alphas: np.ndarray, delta: np.ndarray) -> float:
+    """First alpha where `delta` (e.g. `e_sem - e_pos`) changes sign from > 0 to <= 0, by linear interpolation;
+    NaN if it does not."""
+    alphas, delta = np.asarray(alphas, float), np.asarray(delta, float)
+    for i in range(len(alphas) - 1):
+        if delta[i] > 0 and delta[i + 1] <= 0:
+            return float(alphas[i] + (alphas[i + 1] - alphas[i]) * delta[i] / (delta[i] - delta[i + 1]))
+    return float("nan")
+
+
+def empirical_thresholds(runs: dict) -> dict[str, np.ndarray]:
+    """Per `(d, rho)`: the crossing `alpha_c` of the seed-averaged `e_t(semantic init) - e_t(positional init)`,
+    its 95% error (half the 2.5-97.5% range of 400 bootstrap resamples of the seeds), and the paired shift
+    `alpha_c(rho) - alpha_c(rho = 0)` (same seeds, bootstrap error on the difference)."""
+    rng = np.random.default_rng(0)
+    out = {k: [] for k in ("source", "d", "rho", "alpha_c", "alpha_c_err", "alpha_c_status", "shift", "shift_err")}
+    init = np.asarray(runs["init"])
+    for d in np.unique(runs["d"]):
+        sel_d = runs["d"] == d
+        alphas = np.unique(runs["alpha"][sel_d])
+        seeds = np.unique(runs["seed"][sel_d])
+        rhos = np.unique(runs["rho"][sel_d])
+
+        def table(rho):
+            D = np.full((len(alphas), len(seeds)), np.nan)
+            for i, a in enumerate(alphas):
+                for j, s in enumerate(seeds):
+                    sel = sel_d & (runs["rho"] == rho) & (runs["alpha"] == a) & (runs["seed"] == s)
+                    e = {int(c): float(runs["train_loss"][sel & (init == c)][0]) for c in np.unique(init[sel])}
+                    D[i, j] = e[1] - e[0]
+            return D
+
+        tabs = {r: table(r) for r in rhos}
+        boots = rng.integers(0, len(seeds), size=(400, len(seeds)))
+        ref = 0.0 if 0.0 in rhos else rhos[0]
+        for r in rhos:
+            ac = crossing(alphas, tabs[r].mean(1))
+            bs = np.array([crossing(alphas, tabs[r][:, b].mean(1)) for b in boots])
+            sh = np.array([crossing(alphas, tabs[r][:, b].mean(1)) - crossing(alphas, tabs[ref][:, b].mean(1))
+                           for b in boots])
+            ok, oks = np.isfinite(bs), np.isfinite(sh)
+            out["source"].append("experiment")
+            out["d"].append(int(d))
+            out["rho"].append(float(r))
+            out["alpha_c"].append(ac)
+            out["alpha_c_err"].append(float(np.diff(np.percentile(bs[ok], [2.5, 97.5]))[0] / 2) if ok.sum() > 10
+                                      else float("nan"))
+            out["alpha_c_status"].append("in_grid" if np.isfinite(ac) else "undetermined")
+            out["shift"].append(ac - crossing(alphas, tabs[ref].mean(1)))
+            out["shift_err"].append(float(np.diff(np.percentile(sh[oks], [2.5, 97.5]))[0] / 2) if oks.sum() > 10
+                                    else float("nan"))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+@dataclasses.dataclass
+class CorrelatedResult:
+    """Outputs of the extension: `theory` (one row per fixed point and `rho`), `runs` (one row per trained
+    student), `thresholds` (theory and experiment `alpha_c` per `rho`), `config` (JSON)."""
+
+    theory: dict
+    runs: dict
+    thresholds: dict
+    config: dict
+
+    def write(self, out_dir: str) -> list[str]:
+        os.makedirs(out_dir, exist_ok=True)
+        first = ["alpha", "omega", "rho", "branch"]
+        paths = [write_csv(os.path.join(out_dir, "theory.csv"), self.theory,
+                           first + [k for k in self.theory if k not in first])]
+        paths.append(write_csv(os.path.join(out_dir, "runs.csv"), self.runs,
+                               [c for c in RUN_COLUMNS if c in self.runs]))
+        paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), self.thresholds))
+        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), self.config))
+        return paths
+
+    @classmethod
+    def load(cls, out_dir: str) -> "CorrelatedResult":
+        return cls(theory=read_csv(os.path.join(out_dir, "theory.csv")),
+                   runs=read_csv(os.path.join(out_dir, "runs.csv")),
+                   thresholds=read_csv(os.path.join(out_dir, "thresholds.csv")),
+                   config=read_json(os.path.join(out_dir, "summary.json")))
+
+
+def correlated_params(omega: float = 0.3, *, sigma: float = 0.5, lam: float = 0.01) -> TiedAttentionParams:
+    """The paper's setting (`L = 2`, `A = [[.6, .4], [.4, .6]]`, `C = [[1], [-1]]`) at `omega`."""
+    return make_params(1.0, omega, sigma=sigma, lam=lam)
+
+
+def theory_tables(preset: dict, params: TiedAttentionParams, run_dir: str | None, progress: bool):
+    """Main-SE phase diagram (the mixture fixed points with `m_cluster = 0`), plus the cluster gain per point and
+    `rho`. Returns `(theory columns, theory thresholds)`."""
+    grid = PhaseGrid(tuple(preset["alphas"]), (float(preset["omega"]),))
+    cfg = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES})
+    opts = RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, "theory"), progress=progress)
+    diagram = phase_diagram(grid, params, config=cfg, options=opts)
+    pts = {k: np.asarray(v) for k, v in diagram.points.items()}
+    keep = np.asarray(pts["is_branch"], bool) & np.isfinite(np.asarray(pts["train_loss"], float))
+    pts = {k: v[keep] for k, v in pts.items()}
+    rule = SobolRule.create(4, log2_n=preset["gain_log2_n"], n_replicas=4)
+    rows = {k: [] for k in list(pts) + ["rho", "mean_norm", "m_cluster", "cluster_gain", "cluster_gain_err"]}
+    for rho in preset["rhos"]:
+        law = two_cluster_law(rho, preset["mean_norm"])
+        for i in range(len(pts["alpha"])):
+            with float64_scope():
+                ov = Overlaps(q0=jnp.asarray([[pts["q0_0"][i]]]), m=jnp.asarray([[pts["m0_0"][i]]]),
+                              V0=jnp.asarray([[pts["V0_0"][i]]]), theta0=jnp.asarray([[pts["theta0_0"][i]]]))
+                p_i = params.replace(alpha=jnp.asarray(pts["alpha"][i]), omega=jnp.asarray(pts["omega"][i]))
+                g, ge = cluster_gain_with_error(ov, p_i, law, rule)
+            for k in pts:
+                rows[k].append(pts[k][i])
+            rows["rho"].append(float(rho))
+            rows["mean_norm"].append(float(preset["mean_norm"]))
+            rows["m_cluster"].append(0.0)
+            rows["cluster_gain"].append(g)
+            rows["cluster_gain_err"].append(ge)
+    theory = {k: np.asarray(v) for k, v in rows.items()}
+    theory["branch"] = np.asarray(PHASE_BRANCHES)[theory["branch"].astype(int)]
+    theory["status"] = status_names(theory["status"])
+    th = diagram.thresholds
+    thr = dict(source=[], d=[], rho=[], alpha_c=[], alpha_c_err=[], alpha_c_status=[], shift=[], shift_err=[],
+               alpha_l=[], alpha_l_err=[], alpha_l_status=[], omega=[])
+    for rho in preset["rhos"]:
+        thr["source"].append("theory")
+        thr["d"].append(-1)
+        thr["rho"].append(float(rho))
+        for k in ("alpha_c", "alpha_c_err", "alpha_l", "alpha_l_err"):
+            thr[k].append(float(np.asarray(th[k])[0]))
+        thr["alpha_c_status"].append(str(np.asarray(th["alpha_c_status"])[0]))
+        thr["alpha_l_status"].append(str(np.asarray(th["alpha_l_status"])[0]))
+        thr["omega"].append(float(preset["omega"]))
+        # The fixed points do not depend on rho while m_cluster = 0 is stable (cluster_gain < 1): zero shift.
+        thr["shift"].append(0.0)
+        thr["shift_err"].append(0.0)
+    return theory, thr
+
+
+def attach_theory(runs: dict, theory: dict) -> dict:
+    """Add `train_loss_theory`, `test_error_theory` (the branch named like the init, at the run's alpha and rho)."""
+    tl, te = [], []
+    for a, r, c in zip(runs["alpha"], runs["rho"], runs["init"]):
+        sel = (np.isclose(theory["alpha"], a) & np.isclose(theory["rho"], r)
+               & (theory["branch"] == INITS[int(c)]))
+        tl.append(float(theory["train_loss"][sel][0]) if sel.any() else np.nan)
+        te.append(float(theory["test_error"][sel][0]) if sel.any() else np.nan)
+    return {**runs, "train_loss_theory": np.asarray(tl), "test_error_theory": np.asarray(te)}
+
+
+def _seed_stats(runs: dict, sel: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Alphas, seed mean and standard error of `runs[key]` over the rows `sel`."""
+    al = np.unique(runs["alpha"][sel])
+    vals = [runs[key][sel & (runs["alpha"] == x)] for x in al]
+    return al, np.array([v.mean() for v in vals]), np.array([v.std(ddof=1) / np.sqrt(len(v)) for v in vals])
+
+
+def make_figure(result: CorrelatedResult):
+    """Four panels at the preset's omega: (a) training loss and (b) test error of both branches vs alpha (theory and
+    the largest d), (c) `e_t(semantic) - e_t(positional)` whose zero is `alpha_c` (theory, every d and rho),
+    (d) the SE gain out of `m_cluster = 0` and the measured `|m_cluster|`."""
+    from matplotlib.figure import Figure
+
+    th, runs = result.theory, result.runs
+    init_names = np.asarray(runs["init"]).astype(str)
+    fig = Figure(figsize=(13, 9.5))
+    axes = fig.subplots(2, 2).ravel()
+    colors = {"positional": "tab:orange", "semantic": "tab:blue"}
+    rhos = np.unique(runs["rho"])
+    markers = ("o", "s", "^", "D", "v")
+    ds = np.unique(runs["d"])
+    dmax = int(ds.max())
+    rho0 = th["rho"] == th["rho"].min()
+    for key, ax, label in (("train_loss", axes[0], "training loss $e_t$"),
+                           ("test_error", axes[1], r"test error $\epsilon_g$")):
+        for b in PHASE_BRANCHES:
+            sel = rho0 & (th["branch"] == b)
+            o = np.argsort(th["alpha"][sel])
+            a, v, e = th["alpha"][sel][o], th[key][sel][o], th[key + "_err"][sel][o]
+            ax.plot(a, v, "-", color=colors[b], label=f"state evolution, {b} (every rho)")
+            ax.fill_between(a, v - e, v + e, color=colors[b], alpha=0.3)
+        for k, rho in enumerate(rhos):
+            for b in PHASE_BRANCHES:
+                sel = (runs["rho"] == rho) & (init_names == b) & (runs["d"] == dmax)
+                al, mean, se = _seed_stats(runs, sel, key)
+                ax.errorbar(al + 0.02 * (k - 0.5), mean, yerr=se, fmt=markers[k % 5], mfc="none" if k else colors[b],
+                            color=colors[b], ms=6, capsize=2, label=f"trained, {b} init, rho={rho:g}")
+        ax.set_xlabel(r"sample complexity $\alpha = n/d$")
+        ax.set_ylabel(label)
+    axes[0].set_title(f"(a) training loss per dimension, d={dmax}", fontsize=10)
+    axes[1].set_title(f"(b) test error on fresh mixture samples, d={dmax}", fontsize=10)
+    axes[0].legend(fontsize=7, loc="upper left")
+    ax = axes[2]
+    alphas = np.unique(th["alpha"])
+    dth = []
+    for a in alphas:
+        e = {b: th["train_loss"][rho0 & (th["alpha"] == a) & (th["branch"] == b)] for b in PHASE_BRANCHES}
+        dth.append(e["semantic"][0] - e["positional"][0] if all(len(v) for v in e.values()) else np.nan)
+    ax.plot(alphas, dth, "k-", lw=2, label="state evolution (every rho)")
+    styles = {int(d): ls for d, ls in zip(ds, ("--", "-", ":", "-."))}
+    for k, rho in enumerate(rhos):
+        for d in ds:
+            sel = (runs["rho"] == rho) & (runs["d"] == d)
+            al = np.unique(runs["alpha"][sel])
+            diffs = []
+            for x in al:
+                e = {b: runs["train_loss"][sel & (runs["alpha"] == x) & (init_names == b)] for b in PHASE_BRANCHES}
+                diffs.append(e["semantic"] - e["positional"])          # paired by seed (same order)
+            mean = np.array([v.mean() for v in diffs])
+            se = np.array([v.std(ddof=1) / np.sqrt(len(v)) for v in diffs])
+            ax.errorbar(al + 0.02 * (k - 0.5), mean, yerr=se, fmt=markers[k % 5] + styles[int(d)],
+                        color=("tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")[k % 5],
+                        mfc="none" if d != dmax else None, capsize=2, label=f"trained, rho={rho:g}, d={int(d)}")
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.set_xlabel(r"sample complexity $\alpha = n/d$")
+    ax.set_ylabel(r"$e_t$(semantic) $-$ $e_t$(positional)")
+    ax.set_title(r"(c) branch gap; its zero is $\alpha_c$ (error bars: s.e. of the paired seed differences)",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
+    ax = axes[3]
+    for k, rho in enumerate(rhos):
+        for b in PHASE_BRANCHES:
+            sel = (th["rho"] == rho) & (th["branch"] == b)
+            o = np.argsort(th["alpha"][sel])
+            ax.errorbar(th["alpha"][sel][o], th["cluster_gain"][sel][o], yerr=th["cluster_gain_err"][sel][o],
+                        fmt="-" + markers[k % 5], color=colors[b], mfc="none" if k else colors[b], capsize=2,
+                        label=f"SE gain, {b}, rho={rho:g}")
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel(r"sample complexity $\alpha = n/d$")
+    ax.set_ylabel(r"gain of the SE map on $m_{cluster}$ at $m_{cluster}=0$")
+    ax.set_title(r"(d) stability of $m_{cluster}=0$ (unstable above the dashed line 1; bars: 95% quadrature error)",
+                 fontsize=9)
+    ax.set_ylim(top=1.3)
+    ax.legend(fontsize=7, loc="lower left")
+    ins = ax.inset_axes([0.62, 0.55, 0.35, 0.35])
+    for k, rho in enumerate(rhos):
+        for d in ds:
+            sel = (runs["rho"] == rho) & (runs["d"] == d)
+            al = np.unique(runs["alpha"][sel])
+            mc = np.array([np.sqrt(np.mean(runs["m_cluster"][sel & (runs["alpha"] == x)] ** 2)) for x in al])
+            ax_c = ("tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")[k % 5]
+            ins.plot(al, mc, markers[k % 5] + styles[int(d)], color=ax_c, ms=4, mfc="none" if d != dmax else ax_c,
+                     label=f"rho={rho:g}, d={int(d)}")
+    ins.set_title(r"trained: rms $m_{cluster}$ (theory 0)", fontsize=7)
+    ins.tick_params(labelsize=6)
+    ins.set_ylim(0, 1.6 * max(ins.get_ylim()[1], 1e-3))
+    ins.legend(fontsize=5, ncol=2, loc="upper center")
+    omega = float(th["omega"][0])
+    a_norm = float(th["mean_norm"][0])
+    fig.suptitle(f"Correlated tokens: two clusters $\\mu = \\pm {a_norm:g}\\, v$, $P(c_1 = c_2) = (1+\\rho)/2$; "
+                 f"paper setting, $\\omega$ = {omega:g}.\nLines: state evolution (bands: 95% quadrature error); "
+                 "markers: trained tied students (L-BFGS), mean over seeds, error bars = standard error over seeds",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_figure(out_dir: str) -> str:
+    """Re-draw the figure from the CSVs in `out_dir`; returns its path."""
+    from phasejax.plotting import save_figure
+
+    return save_figure(make_figure(CorrelatedResult.load(out_dir)), os.path.join(out_dir, "correlated.png"))
+
+
+def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
+    """Theory (mixture SE at the preset's omega and rhos), experiments, thresholds, figure into `out_dir`."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
+    P = PRESETS[preset]
+    params = correlated_params(P["omega"])
+    theory, thr_theory = theory_tables(P, params, run_dir, progress)
+    runs_all = []
+    for d in P["ds"]:
+        opts = RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, f"runs_d{d}"), progress=progress)
+        runs_all.append(train_correlated(P["train_alphas"], P["rhos"], P["seeds"], params=params, d=d,
+                                         mean_norm=P["mean_norm"], options=opts))
+    runs = {k: np.concatenate([r[k] for r in runs_all]) for k in runs_all[0]}
+    runs["omega"] = np.full(len(runs["alpha"]), float(P["omega"]))
+    runs = attach_theory(runs, theory)
+    thr_exp = empirical_thresholds(runs)
+    n_exp = len(thr_exp["rho"])
+    text = ("source", "alpha_c_status", "alpha_l_status")
+    fill = dict(omega=float(P["omega"]), alpha_l_status="")
+    thresholds = {k: np.concatenate([np.asarray(thr_theory[k], dtype=object if k in text else float),
+                                     np.asarray(thr_exp[k] if k in thr_exp else [fill.get(k, np.nan)] * n_exp,
+                                                dtype=object if k in text else float)])
+                  for k in thr_theory}
+    runs_out = dict(runs)
+    runs_out["init"] = np.asarray(INITS)[runs["init"].astype(int)]
+    runs_out["status"] = status_names(runs["status"])
+    config = dict(extension=NAME, preset=preset, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in P.items()},
+                  model="x_l = mu_{c_l} + z_l, mu = +-mean_norm v, P(c1=c2)=(1+rho)/2, uniform marginals; "
+                        "paper setting sigma=0.5, lambda=0.01, A=[[.6,.4],[.4,.6]], C=[[1],[-1]]",
+                  max_cluster_gain=float(np.max(theory["cluster_gain"])))
+    result = CorrelatedResult(theory=theory, runs=runs_out, thresholds=thresholds, config=config)
+    paths = result.write(out_dir)
+    paths.append(write_figure(out_dir))
+    return paths

@@ -1,0 +1,241 @@
+"""Longer sequences: `L = 3` tokens, unequal `sigma_l`, rank `r = 2` (issue 12, item 5; paper appendix C.10).
+
+The state evolution of docs/theory.md, sections 2-5, is written for any `L`,
+`r`, `t`: every Gaussian average is over `L (r + t)` standard normals, and the
+proximal problem is solved by the generic Newton method (autodiff Hessian)
+wherever the closed form of `L = 2, r = 1` does not apply. The quadrature is
+`SobolRule` (scrambled Sobol points with independent replicas; the `_err`
+columns are 95% half-widths from the replicas' spread).
+
+The problem here: `L = 3`, positional encodings `C = [1, 0, -1]^T` (one
+direction `u`; token 2 carries none), a symmetric row-stochastic `A` with
+`a` on the diagonal and `(1 - a) / 2` elsewhere (`general_L_A`), and equal
+`sigma_l = 0.5` (the reversal `l -> 4 - l` with `p -> -p` is then a symmetry
+and the semantic branch is solved inside `m = 0`) or unequal
+`sigma = (0.5, 0.4, 0.6)` (the symmetry is broken and `m` is left free; it
+still converges to `m = 0`, which is invariant for any `sigma` and `A` by the
+sign flip `(h, h*) -> (-h, -h*)`, see `phasejax.extensions.second_A`).
+
+Exact facts tested in `tests/extensions/test_general_L.py`:
+
+* the `L = 2` problem through the generic code path (a student function that
+  is not `dot_product_student`, so the generic autodiff prox) gives the same
+  map and the same fixed point as the closed-form `L = 2` path with the same
+  rule;
+* token reversal: the map of `(sigma, A, C)` at a state equals the map of the
+  reversed problem `(P sigma, P A P^T, P C)` with the quadrature's token
+  blocks reversed (to rounding).
+
+`main` computes an SE curve along `alpha` at `omega = 0.3` for both branches
+(with the thresholds where they fall in the grid) for equal and unequal
+`sigma`, and trains tied students from positional and semantic inits at
+`d in {200, 400, 800}` with L-BFGS to `||grad|| < gtol`, reporting the gap
+between seed-averaged experiments and the SE against `d`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from phasejax.extensions.second_A import (
+    ExtensionOutputs,
+    attach_theory,
+    concat_tables,
+    relative_gaps,
+    seed_means,
+    theory_table,
+    thresholds_table,
+    train,
+    _finite,
+    _sub_options,
+)
+from phasejax.io import write_csv
+from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
+from phasejax.sweep import RunOptions
+from phasejax.theory.census import CENSUS_SEEDS
+from phasejax.theory.params import TiedAttentionParams, dot_product_attention, make_params
+from phasejax.theory.quadrature import Quadrature, SobolRule
+
+NAME = "general_L"
+
+PRESETS = {
+    "cpu": dict(
+        alphas=(0.6, 1.1, 1.6, 2.1),
+        omega=0.3,
+        sigmas={"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)},
+        log2_n=10, n_replicas=4,
+        train_alphas=(1.1, 2.1),
+        seeds=(0, 1, 2),
+        ds=(200, 400, 800),
+    ),
+    "gpu": dict(
+        alphas=tuple(np.round(np.arange(0.3, 3.01, 0.15), 6)),
+        omega=0.3,
+        sigmas={"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)},
+        log2_n=14, n_replicas=4,
+        train_alphas=(0.5, 1.1, 1.7, 2.0, 2.6),
+        seeds=tuple(range(8)),
+        ds=(200, 400, 800, 1600, 3200),
+    ),
+}
+"""`cpu`: 4 alpha x 2 branches x 2 sigma settings of SE (Sobol 4 x 2^10 points), students at 2 alpha x
+2 inits x 3 seeds x 3 sizes (equal sigma); `gpu`: 19 alpha, Sobol 4 x 2^14, 8 seeds, 5 sizes (not run)."""
+
+C3 = ((1.0,), (0.0,), (-1.0,))
+"""Positional encodings of the three tokens, `p_l = C[l] u` (`(3, 1)`)."""
+
+
+def general_L_A(L: int = 3, diagonal: float = 0.6) -> np.ndarray:
+    """Symmetric row-stochastic `(L, L)` matrix: `diagonal` on the diagonal, `(1 - diagonal) / (L - 1)` elsewhere."""
+    if isinstance(L, bool) or int(L) != L or L < 2:
+        raise ValueError(f"L must be an integer >= 2, got L={L!r}")
+    if not 0.0 <= diagonal <= 1.0:
+        raise ValueError(f"diagonal must lie in [0, 1], got diagonal={diagonal}")
+    L = int(L)
+    return np.full((L, L), (1.0 - diagonal) / (L - 1)) + (diagonal - (1.0 - diagonal) / (L - 1)) * np.eye(L)
+
+
+def general_L_params(alpha=1.0, omega=0.3, *, sigma=(0.5, 0.5, 0.5), diagonal: float = 0.6, C=C3, r: int = 1,
+                     lam: float = 0.01, student=None) -> TiedAttentionParams:
+    """`L = len(sigma)` tokens with `A = general_L_A(L, diagonal)`, encodings `C (L, K)`, student rank `r`."""
+    sigma = np.atleast_1d(np.asarray(sigma, float))
+    L = sigma.shape[0]
+    C = np.asarray(C, float)
+    if C.ndim != 2 or C.shape[0] != L:
+        raise ValueError(f"C must have shape (L, K) with L = len(sigma) = {L}, got shape {C.shape}")
+    kw = {} if student is None else dict(student=student)
+    return make_params(alpha, omega, sigma=sigma, A=general_L_A(L, diagonal), C=C, r=r, lam=lam, **kw)
+
+
+def generic_dot_product_student(h, params):
+    """`softmax(h h^T)` like `phasejax.theory.dot_product_student`, as a distinct function: the theory then
+    uses its generic (autodiff Newton) proximal step even for `L = 2, r = 1` (for the reduction test)."""
+    del params
+    return dot_product_attention(h)
+
+
+def reversed_problem(params: TiedAttentionParams) -> TiedAttentionParams:
+    """The token-reversed problem `(P sigma, P A P^T, P C)`, `P: l -> L - 1 - l`."""
+    return params.replace(sigma=params.sigma[::-1], A=params.A[::-1, ::-1], C=params.C[::-1])
+
+
+def reversed_rule(rule: Quadrature, params: TiedAttentionParams) -> Quadrature:
+    """`rule` with the token blocks of its points reversed (`xi (L, r)` and `eta (L, t)` each), same weights."""
+    L, r, t = params.L, params.r, params.t
+    pts = rule.points
+    xi = pts[:, : L * r].reshape(-1, L, r)[:, ::-1].reshape(-1, L * r)
+    eta = pts[:, L * r:].reshape(-1, L, t)[:, ::-1].reshape(-1, L * t)
+    return Quadrature(points=jnp.concatenate([xi, eta], axis=1), weights=rule.weights)
+
+
+def theory_curve(alphas, omega: float, params: TiedAttentionParams, *, log2_n: int = 11, n_replicas: int = 4,
+                 options: RunOptions | None = None) -> PhaseDiagram | None:
+    """Both branches along `alphas` at one `omega` (one continuation track per subspace), with `alpha_c`,
+    `alpha_l` where they fall in the grid; quadrature `SobolRule.create(L (r + t), log2_n, n_replicas)`."""
+    rule = SobolRule.create(params.L * (params.r + params.t), log2_n=log2_n, n_replicas=n_replicas)
+    config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES})
+    return phase_diagram(PhaseGrid.from_ranges(alphas, (omega,)), params, quadrature=rule, config=config,
+                         options=options)
+
+
+def plot(outputs: ExtensionOutputs, path: str) -> str:
+    """Left: SE test error and training loss along alpha (both branches, equal and unequal sigma; 95% bands)
+    with experiments (mean +- standard error over seeds). Right: relative gap |experiment - SE| / SE of
+    q, m (positional) or theta (semantic), e_t against d (log-log)."""
+    from matplotlib.figure import Figure
+
+    from phasejax.plotting import save_figure
+
+    th, runs = outputs.theory, outputs.runs
+    fig = Figure(figsize=(15, 4.8))
+    ax_err, ax_ov, ax_gap = fig.subplots(1, 3)
+    colors = {"positional": "C1", "semantic": "C0"}
+    for setting, style in (("equal", "-"), ("unequal", "--")):
+        for b in PHASE_BRANCHES:
+            s = (np.asarray(th["sigma_setting"]) == setting) & (np.asarray(th["branch"]) == b) \
+                & (np.asarray(th["status"]) == "converged")
+            if not s.any():
+                continue
+            a = np.asarray(th["alpha"], float)[s]
+            o = np.argsort(a)
+            for ax, key in ((ax_err, "test_error"), (ax_ov, "m" if b == "positional" else "theta")):
+                v = np.asarray(th[key], float)[s][o]
+                e = _finite(np.asarray(th[key + "_err"], float)[s][o])
+                ax.plot(a[o], v, style, marker=".", color=colors[b], label=f"SE {b}, {setting} $\\sigma_l$")
+                ax.fill_between(a[o], v - e, v + e, color=colors[b], alpha=0.25)
+    means = seed_means(runs)
+    ds = sorted(set(int(x) for x in means["d"]))
+    dmax = max(ds)
+    for b in PHASE_BRANCHES:
+        s = (means["d"] == dmax) & (means["se_branch"] == b)
+        if not s.any():
+            continue
+        kw = dict(color=colors[b], marker="o", ls="none", capsize=3, ms=5)
+        a = means["alpha"][s].astype(float)
+        ax_err.errorbar(a, means["test_error_mean"][s], yerr=means["test_error_sem"][s],
+                        label=f"L-BFGS, ended {b}, d={dmax}", **kw)
+        key = "m" if b == "positional" else "theta"
+        ax_ov.errorbar(a, means[key + "_mean"][s], yerr=means[key + "_sem"][s], **kw)
+    ax_err.set(xlabel=r"$\alpha = n/d$", ylabel=r"test error $\epsilon_g$", title=r"L = 3, $\omega$ = 0.3: test error")
+    ax_ov.set(xlabel=r"$\alpha$", ylabel="overlap", title=r"$m$ (positional branch), $\theta_1$ (semantic branch)")
+    ax_err.legend(fontsize=7, loc="upper right")
+    ax_ov.legend(fontsize=7, loc="best")
+    gaps = relative_gaps(runs)
+    markers = {"q": "o", "m": "s", "theta": "^", "train_loss": "D"}
+    for b in PHASE_BRANCHES:
+        for key in ("q", "m" if b == "positional" else "theta", "train_loss"):
+            sel = (gaps["se_branch"] == b) & np.isfinite(gaps[key + "_gap"])
+            if not sel.any():
+                continue
+            for a in sorted(set(gaps["alpha"][sel].astype(float))):
+                s = sel & np.isclose(gaps["alpha"].astype(float), a)
+                o = np.argsort(gaps["d"][s].astype(float))
+                ax_gap.loglog(gaps["d"][s].astype(float)[o], gaps[key + "_gap"][s][o], marker=markers[key],
+                              color=colors[b], alpha=0.5 + 0.5 * (a == max(gaps["alpha"].astype(float))),
+                              label=f"{b}, {key}, $\\alpha$={a:g}")
+    ax_gap.set(xlabel="d", ylabel="|mean over seeds - SE| / |SE|", title="gap to theory against d (equal $\\sigma_l$)")
+    ax_gap.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("L = 3 tokens, C = [1, 0, -1], A = 0.6 I + 0.2 (off-diagonal): SE (Sobol, 95% quadrature bands) "
+                 "and trained students grouped by the branch they reached (mean $\\pm$ standard error over seeds)", fontsize=10)
+    return save_figure(fig, path)
+
+
+def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
+    """SE curves (equal and unequal sigma) and experiments (equal sigma) at `omega = 0.3`; writes `theory.csv`,
+    `runs.csv`, `thresholds.csv`, `summary.json`, `gaps.csv`, `general_L.png` into `out_dir`."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
+    P = PRESETS[preset]
+    theories, thresholds, configs = [], [], {}
+    for setting, sigma in P["sigmas"].items():
+        params = general_L_params(sigma=sigma)
+        pd = theory_curve(P["alphas"], P["omega"], params, log2_n=P["log2_n"], n_replicas=P["n_replicas"],
+                          options=_sub_options(run_dir, f"theory_{setting}", progress, 1))
+        t = theory_table(pd)
+        t["sigma_setting"] = np.full(len(t["alpha"]), setting)
+        theories.append(t)
+        ts = thresholds_table(pd)
+        ts["sigma_setting"] = np.full(len(ts["omega"]), setting)
+        thresholds.append(ts)
+        configs[setting] = pd.config
+    theory = concat_tables(theories)
+    params = general_L_params(sigma=P["sigmas"]["equal"])
+    runs = concat_tables([train(params, P["train_alphas"], P["omega"], P["seeds"], ("positional", "semantic"), d,
+                                quadrature_order=4, options=_sub_options(run_dir, f"train_d{d}", progress))
+                          for d in P["ds"]])
+    runs["sigma_setting"] = np.full(len(runs["alpha"]), "equal")
+    eq = {k: v[theory["sigma_setting"] == "equal"] for k, v in theory.items()}
+    runs = attach_theory(runs, eq)
+    summary = dict(extension=NAME, preset=preset, L=3, C=[list(c) for c in C3], A=general_L_A(3).tolist(),
+                   sigmas={k: list(v) for k, v in P["sigmas"].items()}, alphas=list(P["alphas"]), omega=P["omega"],
+                   quadrature=dict(kind="SobolRule", log2_n=P["log2_n"], n_replicas=P["n_replicas"]),
+                   train_alphas=list(P["train_alphas"]), seeds=list(P["seeds"]), ds=list(P["ds"]),
+                   phase_configs=configs)
+    outputs = ExtensionOutputs(theory=theory, runs=runs, thresholds=concat_tables(thresholds), summary=summary)
+    paths = outputs.write(out_dir)
+    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs)))
+    paths.append(plot(outputs, os.path.join(out_dir, "general_L.png")))
+    return paths

@@ -1,0 +1,571 @@
+"""Rank-2 tied student learning a rank-1 teacher (issue 12 item 3; paper appendix E.3, Fig. 11).
+
+Theory: the state evolution of docs/theory.md sections 2-4 with `r = 2, t = 1`
+(`q0, V0 (2, 2)`, `m (1, 2)`, `theta0 (1, 2)`), solved from the paper's three
+initialisations of the two columns of `Q`:
+
+* `"positional"`: both columns positional (`theta0` held at 0, its invariant subspace);
+* `"semantic"`: both columns semantic (`m` held at 0 in the token-swap-symmetric problem);
+* `"mixed"`: one column of each (`m` and `theta0` free).
+
+**Gauge.** The tied student depends on `Q` only through `Q Q^T`, so the SE is
+invariant under `Q -> Q R` (`R` orthogonal 2 x 2):
+`(q0, m, V0, theta0) -> (R^T q0 R, m R, R^T V0 R, theta0 R)` (`rotate_overlaps`).
+Fixed points form orbits, `I - J` is singular along them, and an unfixed Newton
+solve drifts along the orbit (the quadrature breaks the symmetry only at the
+level of its error, so the residual never drops below tolerance). Every init
+here fixes the gauge (`BranchInit.gauge`, coordinates held at their init
+value without touching the hats): `m_2 = 0` (positional), `theta0_2 = 0`
+(semantic), `q0_12 = 0` (mixed: the columns orthogonal). Reported overlaps
+are rotation invariants: `q = sigma_1^2 tr q0`, `m = |m|`,
+`theta = sigma_1^2 |theta0|`, plus `q_eig1 >= q_eig2` (per token) and the
+raw entries in the gauge frame (`q0_i, m0_i, theta0_i`).
+
+Experiments: tied rank-2 students (`phasejax.empirics.TiedAttention`, `r = 2`)
+trained by L-BFGS from the same three inits (`init_columns`, plus a small
+random part that breaks the column-swap symmetry), swept with `run_chunked`.
+
+The run/table/figure plumbing here (`continuation_table`, `thresholds_table`,
+`ExtensionResult`) is shared with `phasejax.extensions.untied`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.flatten_util import ravel_pytree
+from matplotlib.figure import Figure
+
+from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
+from phasejax.empirics.metrics import fresh_test_error
+from phasejax.empirics.students import positional_init, random_init, semantic_init
+from phasejax.empirics.sweep import problem_config
+from phasejax.empirics.training import TrainConfig, minimize
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.plotting import save_figure
+from phasejax.precision import float64_scope
+from phasejax.solvers import status_names
+from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.theory.baselines import linear_baseline_error
+from phasejax.theory.fields import Overlaps
+from phasejax.theory.gram import gram_inputs, gram_risk
+from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric, validate_params
+from phasejax.theory.quadrature import SobolRule
+from phasejax.theory.results import result_columns
+from phasejax.theory.solver import BranchInit, SEConfig, resolve_scheme, solve_row_jit, stack_inits
+
+Array = jax.Array
+
+NAME = "rank2"
+INITS = ("positional", "semantic", "mixed")
+"""The three initialisations of the two columns of `Q` (both positional, both semantic, one of each)."""
+
+PRESETS = {
+    "cpu": dict(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=8, n_replicas=4,
+                run_alphas=(1.3, 2.3), run_omegas=(0.3,), seeds=(0, 1, 2), dims=(200, 800)),
+    "gpu": dict(alphas=tuple(np.round(np.arange(0.2, 3.01, 0.2), 10)), omegas=(0.0, 0.15, 0.3, 0.45),
+                log2_n=12, n_replicas=4, run_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), run_omegas=(0.0, 0.3),
+                seeds=(0, 1, 2, 3, 4), dims=(200, 400, 800, 1600)),
+}
+"""`cpu`: the committed results (2 cores); `gpu`: a larger grid (documented, not run)."""
+
+
+# ----------------------------------------------------------------------------
+# Parameters, inits, the rotation symmetry
+# ----------------------------------------------------------------------------
+
+
+def rank2_params(alpha=1.0, omega=0.3, *, sigma=0.5, lam=0.01, A=((0.6, 0.4), (0.4, 0.6))) -> TiedAttentionParams:
+    """The paper's setting with a rank-2 student and a rank-1 teacher (`r = 2, t = 1`)."""
+    return make_params(alpha, omega, sigma=sigma, lam=lam, A=A, r=2, t=1)
+
+
+def overlap_mask(ov: Overlaps, **entries) -> Array:
+    """`(n,)` bool over `ravel(ov)`, True at the given entries, e.g. `overlap_mask(ov, m=[(0, 1)])`."""
+    masks = {k: np.zeros(np.shape(getattr(ov, k)), bool) for k in ("q0", "m", "V0", "theta0")}
+    for name, idx in entries.items():
+        for i in idx:
+            masks[name][i] = True
+    return ravel_pytree(Overlaps(**{k: jnp.asarray(v) for k, v in masks.items()}))[0].astype(bool)
+
+
+def rank2_init(name: str, params: TiedAttentionParams) -> BranchInit:
+    """Init, invariant subspace and gauge of one of `INITS` for `r = 2, t = 1, K = 1` (module docstring).
+
+    Per-token defaults as `phasejax.theory.BRANCH_DEFAULTS`: positional columns `q = 0.02, m = 0.2`,
+    semantic columns `q = 0.9, theta = 0.35`, `V = 14.6`, divided by the mean `sigma^2`.
+    """
+    if name not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {name!r}")
+    if params.r != 2 or params.t != 1 or params.K != 1:
+        raise ValueError(f"rank2 inits need r=2, t=1, K=1, got r={params.r}, t={params.t}, K={params.K}")
+    dt = params.sigma.dtype
+    s2 = float(np.mean(np.asarray(params.sigma) ** 2))
+    V0 = 14.6 / s2 * jnp.eye(2, dtype=dt)
+    if name == "positional":
+        ov = Overlaps(q0=0.02 / s2 * jnp.eye(2, dtype=dt), m=jnp.asarray([[0.2, 0.0]], dt), V0=V0,
+                      theta0=jnp.zeros((1, 2), dt))
+        hold_m, hold_theta, gauge = jnp.asarray(False), jnp.asarray(True), dict(m=[(0, 1)])
+    elif name == "semantic":
+        ov = Overlaps(q0=jnp.diag(jnp.asarray([0.9, 0.02], dt)) / s2, m=jnp.zeros((1, 2), dt), V0=V0,
+                      theta0=jnp.asarray([[0.35 / s2, 0.0]], dt))
+        hold_m, hold_theta, gauge = token_swap_symmetric(params), jnp.asarray(False), dict(theta0=[(0, 1)])
+    else:
+        ov = Overlaps(q0=jnp.diag(jnp.asarray([0.02, 0.9], dt)) / s2, m=jnp.asarray([[0.2, 0.0]], dt), V0=V0,
+                      theta0=jnp.asarray([[0.0, 0.35 / s2]], dt))
+        hold_m, hold_theta, gauge = jnp.asarray(False), jnp.asarray(False), dict(q0=[(0, 1), (1, 0)])
+    return BranchInit(overlaps=ov, hold_m=hold_m, hold_theta=hold_theta, gauge=overlap_mask(ov, **gauge))
+
+
+def rotation(angle, dtype=jnp.float32) -> Array:
+    """`(2, 2)` rotation matrix by `angle` (radians) in `dtype` (float64 inside `phasejax.float64_scope`)."""
+    angle = jnp.asarray(angle, dtype)
+    c, s = jnp.cos(angle), jnp.sin(angle)
+    return jnp.stack([jnp.stack([c, -s]), jnp.stack([s, c])])
+
+
+def rotate_overlaps(ov: Overlaps, R: Array) -> Overlaps:
+    """The overlaps of `Q R`: `(R^T q0 R, m R, R^T V0 R, theta0 R)` (the tied student's symmetry)."""
+    return Overlaps(q0=R.T @ ov.q0 @ R, m=ov.m @ R, V0=R.T @ ov.V0 @ R, theta0=ov.theta0 @ R)
+
+
+def rotate_nodes(points: Array, R: Array, params: TiedAttentionParams) -> Array:
+    """Quadrature nodes `(N, L (r + t))` with every token's `xi_l` mapped to `R^T xi_l` (eta unchanged): the
+    rule under which `F(rotate(x)) = rotate(F(x))` holds exactly, node by node."""
+    L, r = params.L, params.r
+    xi = points[:, : L * r].reshape(-1, L, r) @ R      # row vectors: xi_l^T R = (R^T xi_l)^T
+    return jnp.concatenate([xi.reshape(-1, L * r), points[:, L * r:]], axis=1)
+
+
+def invariant_columns(ov: Overlaps, sigma: Array, err: Overlaps | None = None) -> dict[str, Array]:
+    """Rotation invariants: `q = s1 tr q0`, `m = |m|`, `theta = s1 |theta0|`, `q_eig1 >= q_eig2 = s1 eig(q0)`
+    (`s1 = sigma_1^2`); with `err` also `q_err, m_err, theta_err` (root-sum-square of the entries' errors)."""
+    s1 = sigma[0] ** 2
+    ev = jnp.linalg.eigvalsh(0.5 * (ov.q0 + ov.q0.T))
+    cols = dict(q=s1 * jnp.trace(ov.q0), m=jnp.linalg.norm(ov.m), theta=s1 * jnp.linalg.norm(ov.theta0),
+                q_eig1=s1 * ev[-1], q_eig2=s1 * ev[0])
+    if err is not None:
+        cols.update(q_err=s1 * jnp.sqrt(jnp.sum(jnp.diag(err.q0) ** 2)), m_err=jnp.linalg.norm(err.m),
+                    theta_err=s1 * jnp.linalg.norm(err.theta0))
+    return cols
+
+
+def classify_fixed_point(m_norm, theta_norm, tol: float = 1e-4) -> np.ndarray:
+    """Name of a fixed point from `|m|`, `|theta|`: positional / semantic / mixed / agnostic."""
+    pos, sem = np.asarray(m_norm) > tol, np.asarray(theta_norm) > tol
+    return np.where(pos & sem, "mixed", np.where(pos, "positional", np.where(sem, "semantic", "agnostic")))
+
+
+# ----------------------------------------------------------------------------
+# Theory: continuation rows through run_chunked (shared with `untied`)
+# ----------------------------------------------------------------------------
+
+
+def scheme_config(scheme) -> dict:
+    """JSON description of a quadrature scheme (for fingerprints)."""
+    fields = dict(type=type(scheme).__name__)
+    for k in ("dim", "log2_n", "n_replicas", "seed"):
+        if hasattr(scheme, k):
+            fields[k] = int(getattr(scheme, k))
+    return fields
+
+
+def continuation_table(params: TiedAttentionParams, alphas, omegas, inits: dict, *, quadrature, down=(),
+                       se_config: SEConfig = SEConfig(), extra=None, kind: str = "extension_theory",
+                       options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """Follow the fixed point reached from each init along `alphas` for every `omega` (continuation rows).
+
+    Args:
+      params: the problem (`alpha`, `omega` replaced per point).
+      alphas: `(A,)` increasing; omegas: `(W,)`.
+      inits: `{name: BranchInit}` (same pytree structure, stacked and selected by code inside the jit).
+      quadrature: scheme or `Quadrature` (`resolve_scheme`).
+      down: init names whose rows run from the largest alpha downwards (branches that end at small alpha).
+      extra: `extra(SEResult, params) -> dict of scalars` added to every row (vmappable).
+      options: `RunOptions` (one chunk per row by default: a killed run resumes row by row).
+    Returns:
+      flat table, one row per `(omega, init, alpha)`: `alpha, omega, init` (name) and `result_columns`
+      (+ `extra`), `status` as names.
+    """
+    a = np.asarray(alphas, np.float64)
+    if a.ndim != 1 or a.size == 0 or (a.size > 1 and not np.all(np.diff(a) > 0)):
+        raise ValueError(f"alphas must be a non-empty increasing sequence, got {alphas}")
+    w = np.atleast_1d(np.asarray(omegas, np.float64))
+    names = tuple(inits)
+    with float64_scope():
+        validate_params(params.replace(alpha=jnp.asarray(a)))
+        validate_params(params.replace(omega=jnp.asarray(w)))
+        scheme = resolve_scheme(quadrature, params)
+        stacked = stack_inits([inits[n] for n in names])
+        is_down = jnp.asarray([n in down for n in names])
+        alphas_j = jnp.asarray(a)
+
+        def row(omega, code):
+            p = params.replace(omega=omega)
+            init = jax.tree_util.tree_map(lambda x: x[code], stacked)
+            flip = is_down[code]
+            res = solve_row_jit(p, jnp.where(flip, alphas_j[::-1], alphas_j), init, scheme, se_config)
+            res = jax.tree_util.tree_map(lambda x: jnp.where(flip, x[::-1], x), res)
+
+            def columns(r, al):
+                pa = p.replace(alpha=al)
+                cols = result_columns(r, pa)
+                if extra is not None:
+                    cols.update(extra(r, pa))
+                return cols
+
+            return jax.vmap(columns)(res, alphas_j)
+
+        def fn(chunk):
+            return jax.vmap(row)(jnp.asarray(chunk["omega"]), jnp.asarray(chunk["init"]))
+
+        W, I = np.meshgrid(w, np.arange(len(names)), indexing="ij")
+        tasks = dict(omega=W.ravel(), init=I.ravel().astype(np.int32))
+        cfg = dict(kind=kind, alphas=a.tolist(), inits=list(names), down=list(down), se=dataclasses.asdict(se_config),
+                   scheme=scheme_config(scheme), problem=problem_config(params),
+                   init_values={n: {k: np.asarray(v).tolist() for k, v in
+                                    zip(("q0", "m", "V0", "theta0"), jax.tree_util.tree_leaves(inits[n].overlaps))}
+                                for n in names})
+        rows = run_chunked(fn, tasks, cfg, run_options(options) if options is not None
+                           else RunOptions(chunk_size=1, progress=False))
+    n_rows, n_a = len(tasks["omega"]), len(a)
+    table = dict(alpha=np.tile(a, n_rows), omega=np.repeat(tasks["omega"], n_a),
+                 init=np.repeat(np.asarray(names)[tasks["init"]], n_a))
+    for k, v in rows.items():
+        table[k] = np.asarray(v).reshape(n_rows * n_a, *np.shape(v)[2:])
+    table["status"] = np.asarray(status_names(table["status"]))
+    return table
+
+
+def mark_global_minimum(table: dict) -> dict:
+    """Add `global_min` (bool): the converged row with the lowest `train_loss` at each `(alpha, omega)`."""
+    gm = np.zeros(len(table["alpha"]), bool)
+    ok = np.asarray(table["converged"]).astype(bool) & np.isfinite(table["train_loss"])
+    for key in set(zip(table["alpha"].tolist(), table["omega"].tolist())):
+        idx = np.flatnonzero((table["alpha"] == key[0]) & (table["omega"] == key[1]) & ok)
+        if idx.size:
+            gm[idx[np.argmin(table["train_loss"][idx])]] = True
+    return {**table, "global_min": gm}
+
+
+def crossing_with_error(alphas, delta, delta_err) -> tuple[float, float]:
+    """First alpha where `delta` goes from > 0 to <= 0 (linear interpolation) and its error
+    `|delta_err| / |slope|` (the errors at the two bracketing points, interpolated); NaNs if none."""
+    alphas, delta, delta_err = (np.asarray(x, float) for x in (alphas, delta, delta_err))
+    for i in range(len(alphas) - 1):
+        if np.isfinite(delta[i]) and np.isfinite(delta[i + 1]) and delta[i] > 0 and delta[i + 1] <= 0:
+            f = delta[i] / (delta[i] - delta[i + 1])
+            slope = (delta[i + 1] - delta[i]) / (alphas[i + 1] - alphas[i])
+            err = ((1 - f) * delta_err[i] + f * delta_err[i + 1]) / abs(slope)
+            return float(alphas[i] + f * (alphas[i + 1] - alphas[i])), float(err)
+    return float("nan"), float("nan")
+
+
+def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: str = "positional",
+                     semantic: str = "semantic") -> dict[str, np.ndarray]:
+    """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (with the
+    error from the two `train_loss_err`), and `alpha_l` where the global minimum's test error drops below
+    the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `ok` or `no_crossing`."""
+    out = {k: [] for k in ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
+                           "alpha_l_status", "eps_lin")}
+    with float64_scope():
+        for om in np.unique(table["omega"]):
+            eps_lin = float(linear_baseline_error(params.replace(omega=jnp.asarray(om))))
+            sel = lambda name: (table["omega"] == om) & (table["init"] == name)  # noqa: E731
+            pos, sem = sel(positional), sel(semantic)
+            alphas = table["alpha"][pos]
+            ok = table["converged"][pos].astype(bool) & table["converged"][sem].astype(bool)
+            delta = np.where(ok, table["train_loss"][sem] - table["train_loss"][pos], np.nan)
+            derr = np.hypot(table["train_loss_err"][sem], table["train_loss_err"][pos])
+            ac, ac_err = crossing_with_error(alphas, delta, derr)
+            gm = (table["omega"] == om) & table["global_min"]
+            a_gm = table["alpha"][gm]
+            order = np.argsort(a_gm)
+            al, al_err = crossing_with_error(a_gm[order], table["test_error"][gm][order] - eps_lin,
+                                             table["test_error_err"][gm][order])
+            for k, v in dict(omega=om, alpha_c=ac, alpha_c_err=ac_err,
+                             alpha_c_status="ok" if np.isfinite(ac) else "no_crossing", alpha_l=al,
+                             alpha_l_err=al_err, alpha_l_status="ok" if np.isfinite(al) else "no_crossing",
+                             eps_lin=eps_lin).items():
+                out[k].append(v)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------
+# Experiments
+# ----------------------------------------------------------------------------
+
+
+def init_columns(code, key: Array, u: Array, Qstar: Array, *, m0: float = 0.5, noise: float = 0.1) -> Array:
+    """`Q0 (d, 2)` for init code (index into `INITS`): columns positional (`m0 sqrt(d) u`) or semantic (`Q*`),
+    both / both / one of each, plus iid `N(0, noise^2)` entries (break the column-swap symmetry, which
+    gradient descent would otherwise keep). `code` may be traced."""
+    pos = positional_init(u, 1, m0)[:, 0]
+    sem = semantic_init(Qstar, 1)[:, 0]
+    cols = jnp.stack([jnp.stack([pos, pos], 1), jnp.stack([sem, sem], 1), jnp.stack([pos, sem], 1)])[code]
+    return cols + random_init(key, u.shape[1], 2, noise, Qstar.dtype)
+
+
+RUN_COLUMNS = ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "q_eig1", "q_eig2", "q0_0", "q0_1",
+               "q0_3", "m0_0", "m0_1", "theta0_0", "theta0_1", "train_loss", "test_error", "train_loss_theory",
+               "test_error_theory", "n", "grad_norm", "steps", "status")
+
+
+def rank2_run(seed, alpha, omega, init, n, *, params: TiedAttentionParams, d: int, n_max: int,
+              config: TrainConfig = TrainConfig(), n_test: int = 1000, dtype=jnp.float32) -> dict[str, Array]:
+    """One run: data of `seed` (`generate_data(run_keys(seed)["data"], ...)`), init `init_columns(init)`,
+    L-BFGS on the tied rank-2 risk over the first `n` samples, overlaps and fresh test error.
+    Pure in `(seed, alpha, omega, init, n)` (vmap over them)."""
+    p_ = params.replace(alpha=jnp.asarray(alpha, dtype), omega=jnp.asarray(omega, dtype),
+                        lam=params.lam.astype(dtype), sigma=params.sigma.astype(dtype), A=params.A.astype(dtype),
+                        C=params.C.astype(dtype))
+    keys = run_keys(seed)
+    data = generate_data(keys["data"], p_, d, n_max, dtype=dtype)
+    mask = jnp.arange(n_max) < n
+    Q0 = init_columns(init, keys["init"], data.u, data.Qstar)
+    inputs = gram_inputs(data.x, data.y, data.p)
+    res = minimize(lambda w: gram_risk(w["Q"], inputs, p_, mask), {"Q": Q0}, config)
+    Q = res.params["Q"]
+    x_test = sample_tokens(keys["test"], p_.sigma, d, n_test, dtype)
+    xt = x_test + data.p
+    pred = jax.nn.softmax(jnp.einsum("nla,nka->nlk", xt @ Q, xt @ Q) / d, axis=-1) @ xt
+    err = jnp.mean((teacher_labels(x_test, data.Qstar, p_) - pred) ** 2)
+    ov = Overlaps(q0=Q.T @ Q / d, m=data.u @ Q / jnp.sqrt(jnp.asarray(d, dtype)), V0=jnp.eye(2, dtype=dtype),
+                  theta0=data.Qstar.T @ Q / d)
+    cols = invariant_columns(ov, p_.sigma)
+    s1 = p_.sigma[0] ** 2
+    cols.update(q0_0=s1 * ov.q0[0, 0], q0_1=s1 * ov.q0[0, 1], q0_3=s1 * ov.q0[1, 1], m0_0=ov.m[0, 0],
+                m0_1=ov.m[0, 1], theta0_0=s1 * ov.theta0[0, 0], theta0_1=s1 * ov.theta0[0, 1])
+    return dict(cols, train_loss=res.loss / d, test_error=err, n=n, grad_norm=res.grad_norm, steps=res.steps,
+                status=res.status)
+
+
+def run_tasks(alphas, omegas, seeds, inits, d: int, init_names=INITS) -> dict[str, np.ndarray]:
+    """Task table in order `(omega, alpha, init, seed)`: `seed, alpha, omega, init (code), n = round(alpha d)`."""
+    d = check_positive_int(d, "d")
+    bad = [i for i in inits if i not in init_names]
+    if bad or not len(inits):
+        raise ValueError(f"inits must be names from {init_names}, got {inits}")
+    codes = [init_names.index(i) for i in inits]
+    w_, a_, i_, s_ = np.meshgrid(np.asarray(omegas, float), np.asarray(alphas, float), codes,
+                                 np.asarray(seeds), indexing="ij")
+    n = np.rint(a_.ravel() * d).astype(np.int32)
+    if np.any(n < 1):
+        raise ValueError(f"alpha * d must be >= 1, got alphas={list(alphas)}, d={d}")
+    if np.any(s_ < 0):
+        raise ValueError(f"seeds must be >= 0, got {list(seeds)}")
+    return dict(seed=s_.ravel().astype(np.int64), alpha=a_.ravel(), omega=w_.ravel(),
+                init=i_.ravel().astype(np.int32), n=n)
+
+
+def train_table(run_fn, tasks: dict, cfg: dict, d: int, init_names, options: RunOptions | None = None) -> dict:
+    """Run `run_fn(seed, alpha, omega, init, n) -> metrics` over `tasks` through `run_chunked` (one jitted
+    vmap per chunk); returns the task columns (init as names, d) and the metrics (status as names)."""
+
+    def fn(chunk):
+        return jax.vmap(run_fn)(*(jnp.asarray(chunk[k]) for k in ("seed", "alpha", "omega", "init", "n")))
+
+    out = run_chunked(fn, tasks, cfg, run_options(options) if options is not None else RunOptions(progress=False))
+    table = {**tasks, **{k: np.asarray(v) for k, v in out.items() if k not in tasks}}
+    table["init"] = np.asarray(init_names)[tasks["init"]]
+    table["d"] = np.full(len(tasks["seed"]), d)
+    table["status"] = np.asarray(status_names(table["status"]))
+    return table
+
+
+def train_rank2(alphas, omegas, seeds, *, d: int, params: TiedAttentionParams | None = None, inits=INITS,
+                config: TrainConfig = TrainConfig(), n_test: int = 1000,
+                options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """Train rank-2 tied students for every `(omega, alpha, init, seed)` at dimension `d` (`rank2_run`)."""
+    params = rank2_params() if params is None else params
+    validate_params(params)
+    for om in np.atleast_1d(omegas):
+        validate_params(params.replace(omega=jnp.asarray(float(om))))
+    tasks = run_tasks(alphas, omegas, seeds, inits, d)
+    n_max = int(tasks["n"].max())
+    one = functools.partial(rank2_run, params=params, d=d, n_max=n_max, config=config, n_test=n_test)
+    cfg = dict(kind="rank2_runs", d=d, n_max=n_max, n_test=n_test, train=dataclasses.asdict(config),
+               problem=problem_config(params))
+    return train_table(one, tasks, cfg, d, INITS, options)
+
+
+def attach_theory(runs: dict, theory: dict) -> dict:
+    """Add `train_loss_theory`, `test_error_theory`: the theory row of the run's `(alpha, omega, init)` (NaN if
+    there is none or it did not converge)."""
+    out = {k: np.full(len(runs["alpha"]), np.nan) for k in ("train_loss_theory", "test_error_theory")}
+    for i in range(len(runs["alpha"])):
+        sel = (np.isclose(theory["alpha"], runs["alpha"][i]) & np.isclose(theory["omega"], runs["omega"][i])
+               & (theory["init"] == runs["init"][i]) & theory["converged"].astype(bool))
+        if sel.any():
+            j = np.flatnonzero(sel)[0]
+            out["train_loss_theory"][i] = theory["train_loss"][j]
+            out["test_error_theory"][i] = theory["test_error"][j]
+    return {**runs, **out}
+
+
+def seed_means(runs: dict, key: str, group=("d", "omega", "alpha", "init")) -> dict[str, np.ndarray]:
+    """Mean and standard error over seeds of `runs[key]` per group: columns `group..., mean, sem, n`."""
+    keys = sorted(set(zip(*(runs[g].tolist() for g in group))))
+    out = {g: [] for g in group} | dict(mean=[], sem=[], n=[])
+    for kk in keys:
+        sel = np.ones(len(runs[key]), bool)
+        for g, v in zip(group, kk):
+            sel &= runs[g] == v
+        v = np.asarray(runs[key][sel], float)
+        for g, x in zip(group, kk):
+            out[g].append(x)
+        out["mean"].append(v.mean())
+        out["sem"].append(v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else np.nan)
+        out["n"].append(v.size)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------
+# Result, figure, main
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ExtensionResult:
+    """Outputs of an extension: `theory` (one row per fixed point), `runs` (one row per trained student),
+    `thresholds` (per omega), `summary` (JSON: configuration and key numbers)."""
+
+    theory: dict
+    runs: dict
+    thresholds: dict
+    summary: dict
+
+    def write(self, out_dir: str) -> list[str]:
+        os.makedirs(out_dir, exist_ok=True)
+        first = ["alpha", "omega", "init", "branch"]
+        paths = [write_csv(os.path.join(out_dir, "theory.csv"), self.theory,
+                           [k for k in first if k in self.theory] + [k for k in self.theory if k not in first])]
+        rfirst = [k for k in RUN_COLUMNS if k in self.runs]
+        paths.append(write_csv(os.path.join(out_dir, "runs.csv"), self.runs,
+                               rfirst + [k for k in self.runs if k not in rfirst]))
+        paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), self.thresholds))
+        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), self.summary))
+        return paths
+
+    @classmethod
+    def load(cls, out_dir: str) -> "ExtensionResult":
+        return cls(theory=read_csv(os.path.join(out_dir, "theory.csv")),
+                   runs=read_csv(os.path.join(out_dir, "runs.csv")),
+                   thresholds=read_csv(os.path.join(out_dir, "thresholds.csv")),
+                   summary=read_json(os.path.join(out_dir, "summary.json")))
+
+
+INIT_COLOURS = {"positional": "tab:blue", "semantic": "tab:red", "mixed": "tab:green"}
+
+
+def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("train_loss", "test_error"),
+                labels=("training loss $e_t$", "test error $\\epsilon_g$")) -> Figure:
+    """Theory lines (with 95% quadrature-error bands) per init and omega, experiment markers (seed mean,
+    error bars: standard error over seeds) per d; one column per omega, one row per key."""
+    th, runs = result.theory, result.runs
+    omegas = np.unique(th["omega"])
+    fig = Figure(figsize=(5.2 * len(omegas), 3.6 * len(keys)), layout="constrained")
+    axes = fig.subplots(len(keys), len(omegas), squeeze=False)
+    dims = np.unique(runs["d"]) if len(runs.get("d", [])) else []
+    markers = ["o", "s", "^", "D"]
+    for j, om in enumerate(omegas):
+        for i, key in enumerate(keys):
+            ax = axes[i, j]
+            for name in inits:
+                sel = (th["omega"] == om) & (th["init"] == name) & th["converged"].astype(bool)
+                if not sel.any():
+                    continue
+                c = INIT_COLOURS.get(name, None)
+                a, v, e = th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel]
+                ax.plot(a, v, "-", color=c, label=f"theory, {name} init")
+                ax.fill_between(a, v - e, v + e, color=c, alpha=0.25, lw=0)
+                for k, d in enumerate(dims):
+                    rs = {kk: vv[(runs["omega"] == om) & (runs["init"] == name) & (runs["d"] == d)]
+                          for kk, vv in runs.items()}
+                    if not len(rs["alpha"]):
+                        continue
+                    sm = seed_means(rs, key, ("alpha",))
+                    off = (k - (len(dims) - 1) / 2) * 0.02
+                    ax.errorbar(sm["alpha"] + off, sm["mean"], yerr=sm["sem"], fmt=markers[k % 4], color=c,
+                                mfc="white" if k == 0 else c, ms=5, capsize=2, lw=1,
+                                label=f"GD, {name} init, d={d}")
+            ax.set_xlabel(r"sample complexity $\alpha = n/d$")
+            ax.set_ylabel(labels[i])
+            ax.set_title(f"$\\omega$ = {om:g}")
+            ax.grid(alpha=0.3)
+    handles, labs = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labs, loc="outside right upper", fontsize=7)
+    fig.suptitle(title + "\n(bands: 95% quadrature error; markers: mean over seeds, bars: standard error)",
+                 fontsize=10)
+    return fig
+
+
+def theory_extra(res, params) -> dict:
+    """Rotation-invariant overlaps (`invariant_columns`) of an SE result, overriding `q, m, theta` and errors."""
+    return invariant_columns(res.overlaps, params.sigma, res.errors.overlaps)
+
+
+def rank2_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, quadrature=None,
+                 se_config: SEConfig = SEConfig(), options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """SE table from the three inits (`INITS`) on `omegas x alphas`: `init`, `branch` (what the fixed point
+    is: `classify_fixed_point`), `global_min`, rotation invariants and all `result_columns`."""
+    params = rank2_params() if params is None else params
+    with float64_scope():
+        inits = {n: rank2_init(n, params) for n in INITS}
+    quadrature = SobolRule.create(params.L * (params.r + params.t), 10, 4) if quadrature is None else quadrature
+    table = continuation_table(params, alphas, omegas, inits, quadrature=quadrature, down=("semantic",),
+                               se_config=se_config, extra=theory_extra, kind="rank2_theory", options=options)
+    table["branch"] = classify_fixed_point(table["m"], table["theta"])
+    return mark_global_minimum(table)
+
+
+def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
+    """Theory (three inits), experiments (three inits, `dims`), thresholds, figure into `out_dir`."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
+    P = PRESETS[preset]
+    params = rank2_params()
+    opts = lambda sub, chunk: RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, sub),  # noqa
+                                          chunk_size=chunk, progress=progress)
+    rule = SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    theory = rank2_theory(P["alphas"], P["omegas"], params=params, quadrature=rule, options=opts("theory", 1))
+    runs = [train_rank2(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
+                        options=opts(f"runs_d{d}", 18)) for d in P["dims"]]
+    runs = {k: np.concatenate([r[k] for r in runs]) for k in runs[0]}
+    runs = attach_theory(runs, theory)
+    thresholds = thresholds_table(theory, params)
+    summary = dict(extension=NAME, preset=preset, presets=P, rule=scheme_config(rule),
+                   agreement=agreement(runs), global_minimum=global_minimum_summary(theory))
+    result = ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary)
+    paths = result.write(out_dir)
+    fig = make_figure(result, title="Rank-2 tied student, rank-1 teacher: three initialisations of the columns")
+    paths.append(save_figure(fig, os.path.join(out_dir, "rank2.png")))
+    return paths
+
+
+def agreement(runs: dict) -> list[dict]:
+    """Per `(d, omega, alpha, init)`: seed-mean test error and train loss vs theory, relative deviations."""
+    out = []
+    for key in ("test_error", "train_loss"):
+        sm = seed_means(runs, key)
+        th = seed_means(runs, f"{key}_theory")
+        for i in range(len(sm["mean"])):
+            out.append(dict(quantity=key, d=int(sm["d"][i]), omega=float(sm["omega"][i]),
+                            alpha=float(sm["alpha"][i]), init=str(sm["init"][i]), mean=float(sm["mean"][i]),
+                            sem=float(sm["sem"][i]), theory=float(th["mean"][i]),
+                            rel_dev=float(abs(sm["mean"][i] / th["mean"][i] - 1))))
+    return out
+
+
+def global_minimum_summary(theory: dict) -> list[dict]:
+    """Per `(alpha, omega)`: which init's fixed point is the global minimum, what it is, and its `e_t`."""
+    sel = theory["global_min"]
+    return [dict(alpha=float(a), omega=float(w), init=str(i), branch=str(b), train_loss=float(e))
+            for a, w, i, b, e in zip(theory["alpha"][sel], theory["omega"][sel], theory["init"][sel],
+                                     theory["branch"][sel], theory["train_loss"][sel])]

@@ -1,0 +1,630 @@
+"""Tied attention with a low-rank trainable value matrix (issue 12 item 4; paper appendix C.10, Fig. 13).
+
+The paper's main student is `f_Q(x) = softmax(h h^T) (x + p)` with
+`h = (x + p) Q / sqrt(d)` and the identity as value matrix. Appendix C.10
+remarks that a low-rank trainable value matrix could be analysed the same way
+but leaves it open; appendix E.3 / Fig. 13 report experiments only ("the
+results seem to largely resemble the transition line we observed without the
+value matrix"). This module is that experiment: the student
+
+    f(x) = softmax(h h^T) (x + p) (I_d + g W_a W_b^T / d),   h = (x + p) Q / sqrt(d),
+
+with tied `Q (d, r)`, value factors `W_a, W_b (d, k)` (`k = value_rank`) and a
+gate `g` in {0, 1}. It is trained on the ridge risk
+
+    R = sum_mu ||y^mu - f(x^mu)||^2 / (2d) + lam/2 (||Q||^2 + g ||W_a||^2 + g ||W_b||^2),
+
+so `g = 0` is exactly the paper's tied model (the value factors get zero
+gradient and never move) and `g = 1` trains the value map too. The gate is a
+traced task column: tied and value runs of the same seed and data are one
+vmapped call (`value_run`, swept by `value_sweep` through
+`phasejax.sweep.run_chunked`). `W_b` starts at 0 (value map = identity at
+init), `W_a` at iid `N(0, 1)` entries; `Q` starts positional or semantic as in
+the paper.
+
+There is no theory of this model (paper, C.10): `theory.csv` holds the tied
+model's state evolution (`phasejax.phase.phase_diagram`, main setting) as the
+reference, and `runs.csv` carries its branch values at each run's point
+(`*_tied_theory` columns). `thresholds.csv` compares the empirical `alpha_c`
+(where the seed-averaged final training loss of the semantic init drops below
+the positional init's, bootstrap error over seeds) of both students with the
+tied theory's `alpha_c`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from phasejax.empirics.data import (
+    cast_params,
+    check_positive_int,
+    generate_data,
+    overlaps,
+    run_keys,
+    sample_count,
+    sample_tokens,
+    teacher_labels,
+)
+from phasejax.empirics.metrics import classify_solution, fresh_test_error
+from phasejax.empirics.students import init_weights
+from phasejax.empirics.training import TrainConfig, minimize
+from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.precision import check_float_dtype, dtype_scope
+from phasejax.solvers import status_code, status_names
+from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
+from phasejax.theory.params import TiedAttentionParams, dot_product_attention, make_params, validate_params
+
+Array = jax.Array
+
+MODELS = ("tied", "value")
+"""Student names by gate code: `0` tied (identity value, the paper's model), `1` trainable low-rank value."""
+
+VALUE_INITS = ("positional", "semantic")
+"""Inits of `Q` (codes index `phasejax.empirics.INITS`, whose first two entries these are)."""
+
+RUN_COLUMNS = ("alpha", "omega", "seed", "init", "model", "d", "value_rank", "m", "theta", "q", "cos_m",
+               "cos_theta", "value_norm", "value_pos", "value_teacher", "train_loss", "test_error",
+               "train_loss_tied_theory", "test_error_tied_theory", "n", "grad_norm", "steps", "status",
+               "converged", "solution")
+"""Columns of `runs.csv`. `m, theta, q` are the per-token overlaps of `Q` as in `theory.csv`
+(`m = u_1^T Q / sqrt(d)`, `theta = sigma_1^2 Q*^T Q / d`, `q = sigma_1^2 Q^T Q / d`); `value_norm =
+||W_a W_b^T||_F / d` (size of the learnt value correction, 0 for the tied model), `value_pos = u_1^T W_a W_b^T
+u_1 / d` (the correction along the positional direction), `value_teacher = Q*^T W_a W_b^T Q* / (d ||Q*||^2)`
+(along the teacher); `train_loss = R / n` per sample... see `value_run`; `*_tied_theory`: the tied SE branch
+of the run's init at its `(alpha, omega)` (NaN where there is none)."""
+
+_NAMED = {"init": VALUE_INITS, "model": MODELS, "solution": ("positional", "semantic", "neither")}
+
+
+# ----------------------------------------------------------------------------
+# The student
+# ----------------------------------------------------------------------------
+
+
+class TiedValueAttention(nnx.Module):
+    """`softmax(h h^T) (x + p) (I + g W_a W_b^T / d)`, `h = (x + p) Q / sqrt(d)` (module docstring).
+
+    Args:
+      Q0: `(d, r)` initial tied query/key weights.
+      Wa0, Wb0: `(d, k)` initial value factors.
+    The call takes the gate `g` (`()`, 0 or 1, may be traced; 0 switches the value correction off).
+    """
+
+    def __init__(self, Q0: Array, Wa0: Array, Wb0: Array):
+        if Q0.ndim != 2 or Wa0.ndim != 2 or Wa0.shape != Wb0.shape or Wa0.shape[0] != Q0.shape[0]:
+            raise ValueError(f"Q0 must be (d, r) and Wa0, Wb0 (d, k) with the same d, got Q0 {Q0.shape}, "
+                             f"Wa0 {Wa0.shape}, Wb0 {Wb0.shape}")
+        self.Q = nnx.Param(jnp.asarray(Q0))
+        self.Wa = nnx.Param(jnp.asarray(Wa0))
+        self.Wb = nnx.Param(jnp.asarray(Wb0))
+
+    def attention_matrix(self, x: Array, p: Array) -> Array:
+        """`softmax(h h^T)`, shape `(..., L, L)`."""
+        xt = x + p
+        h = xt @ self.Q[...] / jnp.sqrt(jnp.asarray(xt.shape[-1], xt.dtype))
+        return jnp.vectorize(dot_product_attention, signature="(l,r)->(l,m)")(h)
+
+    def values(self, x: Array, p: Array, gate=1.0) -> Array:
+        """`(x + p) (I + g W_a W_b^T / d)`, shape `(..., L, d)` (never forms the `d x d` matrix)."""
+        xt = x + p
+        return xt + gate * (xt @ self.Wa[...]) @ self.Wb[...].T / xt.shape[-1]
+
+    def __call__(self, x: Array, p: Array, gate=1.0) -> Array:
+        return self.attention_matrix(x, p) @ self.values(x, p, gate)
+
+
+def value_risk(graphdef, weights, gate, x: Array, y: Array, p: Array, mask: Array, lam, value_lam=0.0) -> Array:
+    """Masked ridge risk `R` of the module docstring for `x, y (n, L, d)`, `p (L, d)`, `mask (n,)`.
+
+    `lam` penalises `Q`, `value_lam` the value factors (times the gate, so at `gate = 0` they get exactly
+    zero gradient).
+    """
+    pred = nnx.merge(graphdef, weights)(x, p, gate)
+    per_sample = jnp.sum((y - pred) ** 2, axis=(1, 2)) / (2.0 * x.shape[-1])
+    per_sample = jnp.where(mask, per_sample, 0.0)
+    value_ridge = jnp.sum(weights["Wa"][...] ** 2) + jnp.sum(weights["Wb"][...] ** 2)
+    return jnp.sum(per_sample) + 0.5 * lam * jnp.sum(weights["Q"][...] ** 2) + 0.5 * value_lam * gate * value_ridge
+
+
+# ----------------------------------------------------------------------------
+# One run, pure in its array arguments
+# ----------------------------------------------------------------------------
+
+
+def value_run(seed, alpha, omega, init, gate, *, params: TiedAttentionParams, d: int, n_max: int,
+              value_rank: int = 1, value_lam: float = 0.0, config: TrainConfig = TrainConfig(),
+              n_test: int = 1000, n=None, dtype=jnp.float32) -> dict[str, Array]:
+    """One run: data of `seed` (as `phasejax.empirics.train_run`), init, train, measure. Vmap over the arrays.
+
+    Args:
+      seed: `()` int; alpha, omega: `()`; init: `()` code into `VALUE_INITS`; gate: `()` code into `MODELS`.
+      params: the problem template (`alpha`, `omega` replaced); `d`, `n_max`, `value_rank` static.
+      n: `()` sample count (default `round(alpha d)`); the run uses the first `n` of `n_max` samples.
+    Returns:
+      scalars `m, theta, q, cos_m, cos_theta, value_norm, value_pos, value_teacher, train_loss (= R / d at the
+      minimum, ridge included, as in the paper's e_t), test_error (fresh samples, per entry), n, grad_norm,
+      steps, status, converged, solution`.
+    """
+    dtype = check_float_dtype(dtype)
+    p_ = cast_params(params, dtype).replace(alpha=jnp.asarray(alpha).astype(dtype),
+                                              omega=jnp.asarray(omega).astype(dtype))
+    keys = run_keys(seed)
+    data = generate_data(keys["data"], p_, d, n_max, dtype=dtype)
+    x, y, p, u, Qstar = data.x, data.y, data.p, data.u, data.Qstar
+    n = jnp.round(jnp.asarray(alpha, dtype) * d).astype(jnp.int32) if n is None else jnp.asarray(n, jnp.int32)
+    mask = jnp.arange(n_max) < n
+    gate = jnp.asarray(gate).astype(dtype)
+
+    Q0 = init_weights(init, keys["init"], u, Qstar, params.r)
+    k_value = jax.random.fold_in(keys["init"], 1)
+    Wa0 = jax.random.normal(k_value, (d, value_rank), jnp.float32).astype(dtype)
+    Wb0 = jnp.zeros((d, value_rank), dtype)
+    graphdef, weights = nnx.split(TiedValueAttention(Q0, Wa0, Wb0), nnx.Param)
+    res = minimize(lambda w: value_risk(graphdef, w, gate, x, y, p, mask, p_.lam,
+                                                 jnp.asarray(value_lam, dtype)), weights, config)
+    model = nnx.merge(graphdef, res.params)
+    x_test = sample_tokens(keys["test"], p_.sigma, d, n_test, dtype)
+    test_error = fresh_test_error(lambda xs, ps: model(xs, ps, gate), x_test, teacher_labels(x_test, Qstar, p_), p)
+
+    Q, Wa, Wb = res.params["Q"][...], res.params["Wa"][...], res.params["Wb"][...]
+    ov = overlaps(Q, u, Qstar)
+    s1 = p_.sigma[0] ** 2
+    q0, m_, theta0 = ov["q0"][0, 0], ov["m"][0, 0], ov["theta0"][0, 0]
+    norm = jnp.sqrt(jnp.maximum(q0, jnp.finfo(dtype).tiny))
+    cos_m = jnp.abs(m_) / norm
+    cos_theta = jnp.abs(theta0) / (norm * jnp.linalg.norm(Qstar[:, 0]) / np.sqrt(d))
+    # ||W_a W_b^T||_F^2 = tr((W_a^T W_a)(W_b^T W_b)), without forming the d x d matrix
+    value_norm = gate * jnp.sqrt(jnp.maximum(jnp.trace((Wa.T @ Wa) @ (Wb.T @ Wb)), 0.0)) / d
+    value_pos = gate * (u[0] @ Wa) @ (Wb.T @ u[0]) / d
+    qs = Qstar[:, 0]
+    value_teacher = gate * (qs @ Wa) @ (Wb.T @ qs) / (d * (qs @ qs))
+    return dict(n=n, m=m_, theta=s1 * theta0, q=s1 * q0, cos_m=cos_m, cos_theta=cos_theta,
+                value_norm=value_norm, value_pos=value_pos, value_teacher=value_teacher,
+                train_loss=res.loss / d, test_error=test_error, grad_norm=res.grad_norm, steps=res.steps,
+                status=res.status, converged=res.converged, solution=classify_solution(cos_m, cos_theta))
+
+
+# ----------------------------------------------------------------------------
+# The sweep
+# ----------------------------------------------------------------------------
+
+
+def _round12(values) -> tuple[float, ...]:
+    return tuple(float(f"{float(v):.12g}") for v in values)
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueGrid:
+    """Runs at one dimension `d`: `alphas x omegas x inits x models x seeds` (validated; `ValueError` naming the field).
+
+    `tasks()` is the flat table in order `(model, omega, alpha, init, seed)` with exact `n = round(alpha d)`
+    (model outermost: a chunk holds one student, so the fast tied runs do not wait for the value runs).
+    """
+
+    alphas: tuple[float, ...]
+    omegas: tuple[float, ...] = (0.3,)
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
+    inits: tuple[str, ...] = VALUE_INITS
+    models: tuple[str, ...] = MODELS
+    d: int = 200
+
+    def __post_init__(self):
+        for name in ("alphas", "omegas"):
+            try:
+                v = np.atleast_1d(np.asarray(getattr(self, name), dtype=float))
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be a sequence of numbers, got {getattr(self, name)!r}") from None
+            if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
+                raise ValueError(f"{name} must be a non-empty sequence of finite numbers, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, _round12(v))
+        if any(w < 0 or w > 1 for w in self.omegas):
+            raise ValueError(f"omegas must lie in [0, 1], got omegas={self.omegas}")
+        seeds = np.atleast_1d(np.asarray(self.seeds, dtype=object))
+        if seeds.ndim != 1 or seeds.size == 0:
+            raise ValueError(f"seeds must be a non-empty sequence of integers >= 0, got {self.seeds!r}")
+        for s in seeds:
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer, float, np.floating)) \
+                    or not np.isfinite(s) or int(s) != s or s < 0:
+                raise ValueError(f"seeds must be integers >= 0, got {s!r} in seeds={self.seeds!r}")
+        object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
+        for name, allowed in (("inits", VALUE_INITS), ("models", MODELS)):
+            v = getattr(self, name)
+            v = (v,) if isinstance(v, str) else tuple(v)
+            if not v or any(i not in allowed for i in v) or len(set(v)) != len(v):
+                raise ValueError(f"{name} must be distinct names from {allowed}, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, v)
+        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
+        for a in self.alphas:
+            sample_count(a, self.d)
+
+    @property
+    def n_max(self) -> int:
+        return max(sample_count(a, self.d) for a in self.alphas)
+
+    def tasks(self) -> dict[str, np.ndarray]:
+        inits = [VALUE_INITS.index(i) for i in self.inits]
+        models = [MODELS.index(m) for m in self.models]
+        g, w, a, i, s = np.meshgrid(models, self.omegas, self.alphas, inits, self.seeds, indexing="ij")
+        n = np.asarray([sample_count(v, self.d) for v in a.ravel()], np.int32)
+        return dict(omega=w.ravel(), alpha=a.ravel(), init=i.ravel().astype(np.int32),
+                    model=g.ravel().astype(np.int32), seed=s.ravel().astype(np.int64), n=n)
+
+    def to_json(self) -> dict:
+        return dict(alphas=list(self.alphas), omegas=list(self.omegas), seeds=list(self.seeds),
+                    inits=list(self.inits), models=list(self.models), d=self.d)
+
+
+def make_value_fn(grid: ValueGrid, params: TiedAttentionParams, **kwargs):
+    """Pure batch function `{seed, alpha, omega, init, model, n} (C,) -> metrics (C,)` for `run_chunked`."""
+    one = functools.partial(value_run, params=params, d=grid.d, n_max=grid.n_max, **kwargs)
+
+    def fn(chunk):
+        cols = [jnp.asarray(chunk[k]) for k in ("seed", "alpha", "omega", "init", "model", "n")]
+        return jax.vmap(lambda s, a, w, i, g, n: one(s, a, w, i, g, n=n))(*cols)
+
+    return fn
+
+
+def _problem_config(params: TiedAttentionParams) -> dict:
+    return dict(sigma=np.asarray(params.sigma).tolist(), lam=float(np.asarray(params.lam)),
+                A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
+                target=params.target, student_fn=params.student)
+
+
+@dataclasses.dataclass
+class ValueRuns:
+    """Runs of `value_sweep`: `runs` (columns `RUN_COLUMNS`, numpy; codes for init/model/solution/status)
+    and `config` (JSON). `write(out_dir)` writes `runs.csv` and `value_runs.json`; `load(out_dir)` reads them."""
+
+    runs: dict
+    config: dict
+
+    def write(self, out_dir: str) -> list[str]:
+        os.makedirs(out_dir, exist_ok=True)
+        cols = {}
+        for k in RUN_COLUMNS:
+            v = np.asarray(self.runs[k])
+            if k in _NAMED:
+                v = np.asarray(_NAMED[k])[v.astype(int)]
+            elif k == "status":
+                v = status_names(v)
+            cols[k] = v
+        return [write_csv(os.path.join(out_dir, "runs.csv"), cols, RUN_COLUMNS),
+                atomic_write_json(os.path.join(out_dir, "value_runs.json"), dict(config=self.config))]
+
+    @classmethod
+    def from_csv(cls, path: str) -> "ValueRuns":
+        raw = read_csv(path)
+        missing = [k for k in RUN_COLUMNS if k not in raw]
+        if missing:
+            raise ValueError(f"{path} is not a value runs.csv: missing columns {missing}")
+        runs = {}
+        for k in RUN_COLUMNS:
+            v = raw[k]
+            if k in _NAMED:
+                v = np.asarray([_NAMED[k].index(str(s)) for s in v], np.int32)
+            elif k == "status":
+                v = np.asarray([status_code(str(s)) for s in v], np.int32)
+            elif k == "converged":
+                v = np.asarray(v).astype(bool)
+            elif k in ("seed", "d", "value_rank", "n", "steps"):
+                v = np.asarray(v).astype(np.int64)
+            runs[k] = v
+        return cls(runs=runs, config={})
+
+    @classmethod
+    def load(cls, out_dir: str) -> "ValueRuns":
+        out = cls.from_csv(os.path.join(out_dir, "runs.csv"))
+        out.config = read_json(os.path.join(out_dir, "value_runs.json"))["config"]
+        return out
+
+    @classmethod
+    def concatenate(cls, parts) -> "ValueRuns":
+        parts = list(parts)
+        if not parts:
+            raise ValueError("parts must hold at least one ValueRuns")
+        return cls(runs={k: np.concatenate([np.asarray(p.runs[k]) for p in parts]) for k in RUN_COLUMNS},
+                   config=dict(parts=[p.config for p in parts]))
+
+
+def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, value_rank: int = 1,
+                value_lam: float = 0.0, config: TrainConfig = TrainConfig(), n_test: int = 1000, dtype=jnp.float32,
+                options: RunOptions | None = None) -> ValueRuns | None:
+    """Train every run of `grid` (tied and value students on the same data), vmapped and chunked.
+
+    Args:
+      grid: `ValueGrid`; params: problem template (default `make_params(1, 0)`, the paper's setting).
+      value_rank: `k >= 1`, rank of the value correction; value_lam: ridge on `W_a, W_b` (default 0: with the
+        paper's `lam = 0.01` on the factors, the penalty `value_lam d ||V||_*` on `V = W_a W_b^T / d` outweighs
+        the O(1) gain of a low-rank correction and the trained correction is exactly 0; measured at d = 100,
+        `||V||_F = 1e-11`); config: `TrainConfig` (default L-BFGS).
+      n_test: fresh test sequences per run; dtype: float32 (default) or float64.
+      options: `RunOptions` (run directory for resuming, chunk size, devices, hosts).
+    Returns: `ValueRuns` (the `*_tied_theory` columns NaN; `attach_tied_theory` fills them), or `None` while
+      chunks are missing.
+    """
+    if not isinstance(grid, ValueGrid):
+        raise ValueError(f"grid must be a ValueGrid, got {type(grid).__name__}")
+    params = make_params(1.0, 0.0) if params is None else validate_params(params)
+    if params.r != 1 or params.t != 1 or params.K != 1:
+        raise ValueError(f"params must have r = t = K = 1 (the paper's setting), got r={params.r}, t={params.t}, "
+                         f"K={params.K}")
+    if isinstance(value_rank, (bool, np.bool_)) or not isinstance(value_rank, (int, np.integer)) or value_rank < 1:
+        raise ValueError(f"value_rank must be an integer >= 1, got value_rank={value_rank!r}")
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    n_test = check_positive_int(n_test, "n_test")
+    if isinstance(value_lam, (bool, np.bool_)) or not isinstance(value_lam, (int, float, np.number)) \
+            or not np.isfinite(value_lam) or value_lam < 0:
+        raise ValueError(f"value_lam must be a finite number >= 0, got value_lam={value_lam!r}")
+    dtype = check_float_dtype(dtype)
+    kw = dict(value_rank=int(value_rank), value_lam=float(value_lam), config=config, n_test=n_test)
+    cfg = dict(kind="value_sweep", grid=grid.to_json(), value_rank=int(value_rank), value_lam=float(value_lam),
+               train=dataclasses.asdict(config), n_test=n_test, dtype=str(np.dtype(dtype)),
+               value_init="W_a ~ N(0, 1) from fold_in(run_keys(seed)['init'], 1), W_b = 0",
+               data="generate_data(run_keys(seed)['data'], params, d, n_max)", **_problem_config(params))
+    tasks = grid.tasks()
+    with dtype_scope(dtype):
+        out = run_chunked(make_value_fn(grid, params, dtype=dtype, **kw), tasks, cfg, run_options(options))
+    if out is None:
+        return None
+    size = len(tasks["alpha"])
+    runs = {k: np.asarray(v) for k, v in out.items()}
+    runs.update(tasks)
+    runs["d"] = np.full(size, grid.d)
+    runs["value_rank"] = np.full(size, int(value_rank))
+    runs["converged"] = runs["converged"].astype(bool)
+    runs["train_loss_tied_theory"] = np.full(size, np.nan)
+    runs["test_error_tied_theory"] = np.full(size, np.nan)
+    return ValueRuns(runs={k: runs[k] for k in RUN_COLUMNS}, config=canonical_config(cfg))
+
+
+# ----------------------------------------------------------------------------
+# Reference theory, thresholds, figure, main
+# ----------------------------------------------------------------------------
+
+THRESHOLD_COLUMNS = ("omega", "source", "model", "d", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l",
+                     "alpha_l_err", "alpha_l_status", "n_seeds")
+"""Columns of `thresholds.csv`: `source` `theory` (tied state evolution, `d = inf`, 95% quadrature errors)
+or `experiment` (seed-averaged crossing, 95% bootstrap half-width over seeds); `model` tied or value."""
+
+
+def crossing(alphas, delta) -> tuple[float, str]:
+    """First `alpha` where `delta (n_alpha,)` goes from > 0 to <= 0, linearly interpolated, and a status:
+    `in_grid`, `below_grid` (`delta <= 0` at the first alpha), `above_grid` (never <= 0), `undetermined` (NaN)."""
+    a, v = np.asarray(alphas, float), np.asarray(delta, float)
+    if not np.all(np.isfinite(v)):
+        return float("nan"), "undetermined"
+    if v[0] <= 0:
+        return float("nan"), "below_grid"
+    idx = np.flatnonzero(v <= 0)
+    if idx.size == 0:
+        return float("nan"), "above_grid"
+    j = int(idx[0])
+    return float(a[j - 1] + (a[j] - a[j - 1]) * v[j - 1] / (v[j - 1] - v[j])), "in_grid"
+
+
+def empirical_alpha_c(alphas, delta_by_seed, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, str]:
+    """`alpha_c` where the seed mean of `delta_by_seed (n_seeds, n_alpha)` (= e_t(semantic) - e_t(positional),
+    paired by seed) crosses 0, with a 95% bootstrap half-width over seeds (resampled with replacement;
+    NaN when fewer than half of the resamples cross inside the grid)."""
+    delta = np.asarray(delta_by_seed, float)
+    value, status = crossing(alphas, delta.mean(axis=0))
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, delta.shape[0], size=(n_boot, delta.shape[0]))
+    boot = np.asarray([crossing(alphas, delta[k].mean(axis=0))[0] for k in picks])
+    ok = np.isfinite(boot)
+    err = float("nan")
+    if ok.mean() >= 0.5 and delta.shape[0] > 1:
+        lo, hi = np.percentile(boot[ok], [2.5, 97.5])
+        err = float((hi - lo) / 2)
+    return value, err, status
+
+
+def experiment_thresholds(runs: dict) -> dict[str, list]:
+    """Empirical `alpha_c` per `(omega, d, model)` from `runs` (codes; see `empirical_alpha_c`)."""
+    out = {k: [] for k in THRESHOLD_COLUMNS}
+    r = {k: np.asarray(v) for k, v in runs.items()}
+    for w in np.unique(r["omega"]):
+        for d in np.unique(r["d"]):
+            for g in np.unique(r["model"]):
+                sel = (r["omega"] == w) & (r["d"] == d) & (r["model"] == g)
+                alphas = np.unique(r["alpha"][sel])
+                seeds = np.unique(r["seed"][sel])
+                delta = np.full((len(seeds), len(alphas)), np.nan)
+                for i, s in enumerate(seeds):
+                    for j, a in enumerate(alphas):
+                        m = sel & (r["seed"] == s) & (r["alpha"] == a)
+                        pos, sem = m & (r["init"] == 0), m & (r["init"] == 1)
+                        if pos.any() and sem.any():
+                            delta[i, j] = r["train_loss"][sem][0] - r["train_loss"][pos][0]
+                ac, err, status = empirical_alpha_c(alphas, delta)
+                for k, v in zip(THRESHOLD_COLUMNS, (float(w), "experiment", MODELS[int(g)], int(d), ac, err, status,
+                                                    float("nan"), float("nan"), "not_computed", len(seeds))):
+                    out[k].append(v)
+    return out
+
+
+def theory_reference(alphas, omegas, params: TiedAttentionParams | None = None, *, options: RunOptions | None = None):
+    """The tied model's phase diagram (`phasejax.phase.phase_diagram`, main setting) on `alphas x omegas`."""
+    from phasejax.phase import PhaseGrid, phase_diagram
+
+    params = make_params(1.0, float(omegas[0])) if params is None else params
+    return phase_diagram(PhaseGrid(tuple(alphas), tuple(omegas)), params, options=options)
+
+
+def theory_points(pd) -> dict[str, np.ndarray]:
+    """The branch rows of a `PhaseDiagram.points` (one per `omega, alpha, branch`; names for branch/status)."""
+    from phasejax.phase.diagram import PHASE_BRANCHES
+
+    pts = {k: np.asarray(v) for k, v in pd.points.items()}
+    sel = pts["is_branch"].astype(bool)
+    out = {k: v[sel] for k, v in pts.items()}
+    out["branch"] = np.asarray(PHASE_BRANCHES)[out["branch"].astype(int)]
+    out["status"] = status_names(out["status"])
+    return out
+
+
+def attach_tied_theory(runs: dict, theory: dict) -> dict:
+    """`runs` with `train_loss_tied_theory`, `test_error_tied_theory` from the tied SE branch of each run's init
+    at its `(omega, alpha)` (exact grid match; NaN where the branch has no fixed point there)."""
+    runs = dict(runs)
+    for col in ("train_loss", "test_error"):
+        vals = np.full(len(runs["alpha"]), np.nan)
+        for i, (w, a, c) in enumerate(zip(runs["omega"], runs["alpha"], runs["init"])):
+            m = (np.isclose(theory["omega"], w) & np.isclose(theory["alpha"], a)
+                 & (theory["branch"] == VALUE_INITS[int(c)]))
+            if m.any():
+                vals[i] = float(theory[col][m][0])
+        runs[col + "_tied_theory"] = vals
+    return runs
+
+
+def _seed_stats(runs: dict, key: str, sel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    alphas = np.unique(runs["alpha"][sel])
+    mean, sem = [], []
+    for a in alphas:
+        v = np.asarray(runs[key][sel & (runs["alpha"] == a)], float)
+        mean.append(v.mean())
+        sem.append(v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else np.nan)
+    return alphas, np.asarray(mean), np.asarray(sem)
+
+
+def plot_value(runs: dict, theory: dict, thresholds: dict, path: str, *, omega: float, value_rank: int) -> str:
+    """Fig. 13-style figure at one `omega`: training loss, test error, `m`, `theta` against `alpha`.
+
+    Lines: tied state evolution (both branches, 95% quadrature bands). Markers: seed means (error bars: standard
+    error over seeds) of the tied (open) and value (filled) students, positional / semantic init, largest `d`
+    (the smaller `d` as small faint markers). Dotted verticals: alpha_c (tied theory, black; experiments)."""
+    from matplotlib.figure import Figure
+
+    from phasejax.plotting import save_figure
+
+    r = {k: np.asarray(v) for k, v in runs.items()}
+    th = {k: np.asarray(v) for k, v in theory.items()}
+    colors = dict(positional="tab:blue", semantic="tab:red")
+    fig = Figure(figsize=(11.5, 8.2))
+    axes = fig.subplots(2, 2).ravel()
+    panels = (("train_loss", "training loss $e_t$"), ("test_error", r"test error $\epsilon_g$"),
+              ("m", "positional overlap $m$"), ("theta", r"semantic overlap $\theta$"))
+    ds = np.unique(r["d"])
+    for ax, (key, label) in zip(axes, panels):
+        for b, c in colors.items():
+            sel = np.isclose(th["omega"], omega) & (th["branch"] == b)
+            a, v = th["alpha"][sel], th[key][sel]
+            e = th.get(key + "_err", np.zeros_like(v))[sel]
+            order = np.argsort(a)
+            ax.plot(a[order], v[order], color=c, lw=1.4, label=f"tied theory, {b}")
+            ax.fill_between(a[order], (v - e)[order], (v + e)[order], color=c, alpha=0.25, lw=0)
+        for d in ds:
+            big = d == ds.max()
+            for init_code, b in enumerate(VALUE_INITS):
+                for g, model in enumerate(MODELS):
+                    sel = np.isclose(r["omega"], omega) & (r["d"] == d) & (r["init"] == init_code) & (r["model"] == g)
+                    if not sel.any():
+                        continue
+                    a, mean, se = _seed_stats(r, key, sel)
+                    shift = (-0.012 if g == 0 else 0.012) * (1 if big else 0.5)
+                    ax.errorbar(a + shift, mean, yerr=se, fmt="o" if g else "s", ms=6 if big else 3,
+                                mfc=colors[b] if g else "white", mec=colors[b], ecolor=colors[b],
+                                alpha=1.0 if big else 0.45, lw=1, capsize=2,
+                                label=f"{model} student, {b} init, d={d}" if key == "train_loss" else None)
+        t = {k: np.asarray(v) for k, v in thresholds.items()}
+        for i in range(len(t["alpha_c"])):
+            if not np.isclose(t["omega"][i], omega) or not np.isfinite(t["alpha_c"][i]):
+                continue
+            if t["source"][i] == "theory":
+                ax.axvline(t["alpha_c"][i], color="k", ls=":", lw=1.2)
+            elif t["d"][i] == ds.max():
+                ax.axvline(t["alpha_c"][i], color="0.5" if t["model"][i] == "tied" else "tab:green",
+                           ls="--", lw=1.0)
+        ax.set_xlabel(r"sample complexity $\alpha = n / d$")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, lw=0.5)
+    axes[0].legend(fontsize=6.5, ncol=2, loc="upper right", framealpha=0.85)
+    fig.suptitle(f"Tied attention with a trainable rank-{value_rank} value map $I + W_a W_b^T/d$ vs the tied model, "
+                 f"$\\omega={omega}$\nlines: tied state evolution (bands: 95% quadrature error); markers: seed means "
+                 f"(error bars: standard error over seeds); verticals: $\\alpha_c$ tied theory (black dotted), "
+                 f"experiments d={ds.max()} (grey: tied, green: value, dashed)", fontsize=9.5)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+PRESETS = {
+    # 2 cores: one omega, 5 alphas around the tied alpha_c(0.3) = 1.25, d in {200, 800}
+    # the value runs stop at max_steps (status max_iterations): the unpenalised value map converges slowly
+    # along low-curvature directions while the loss has long settled
+    "cpu": dict(omegas=(0.3,), alphas=(0.75, 1.0, 1.25, 1.5, 1.75), seeds={200: (0, 1, 2, 3), 800: (0, 1, 2)},
+                alphas_by_d={800: (1.0, 1.25, 1.5)},
+                theory_alphas=tuple(np.round(np.arange(0.5, 2.01, 0.1), 2)), value_rank=1,
+                train=TrainConfig(max_steps=1500)),
+    "gpu": dict(omegas=(0.1, 0.2, 0.3, 0.4), alphas=tuple(np.round(np.arange(0.5, 2.51, 0.125), 3)),
+                seeds={200: tuple(range(8)), 800: tuple(range(8)), 1600: tuple(range(5))},
+                theory_alphas=tuple(np.round(np.arange(0.3, 2.51, 0.05), 2)), value_rank=1,
+                train=TrainConfig(max_steps=10000)),
+}
+
+
+def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
+    """Run the `value` extension's preset and write theory.csv, runs.csv, thresholds.csv, the figure, summary.json."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
+    cfg = PRESETS[preset]
+    pd = theory_reference(cfg["theory_alphas"], cfg["omegas"], options=_sub_options(run_dir, "theory", progress))
+    return write_outputs(out_dir, theory_points(pd), pd.thresholds, run_experiments(cfg, run_dir, progress),
+                         preset=preset, theory_config=pd.config)
+
+
+def _sub_options(run_dir, name, progress) -> RunOptions:
+    return RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, name), progress=progress,
+                      chunk_size=8)
+
+
+def run_experiments(cfg: dict, run_dir: str | None, progress: bool) -> ValueRuns:
+    """The preset's sweeps, one per `d` (resumable under `run_dir/runs_d<d>`), concatenated."""
+    parts = []
+    for d, seeds in cfg["seeds"].items():
+        grid = ValueGrid(alphas=cfg.get("alphas_by_d", {}).get(d, cfg["alphas"]), omegas=cfg["omegas"],
+                         seeds=seeds, d=d)
+        parts.append(value_sweep(grid, value_rank=cfg["value_rank"], config=cfg["train"],
+                                 options=_sub_options(run_dir, f"runs_d{d}", progress)))
+    return ValueRuns.concatenate(parts)
+
+
+def write_outputs(out_dir: str, theory: dict, theory_thresholds: dict, runs: ValueRuns, *, preset: str,
+                  theory_config: dict) -> list[str]:
+    """Attach the tied theory to the runs, derive the thresholds, write every output; returns the paths."""
+    cfg = PRESETS[preset]
+    runs.runs = attach_tied_theory(runs.runs, theory)
+    thresholds = experiment_thresholds(runs.runs)
+    t = {k: np.asarray(v) for k, v in theory_thresholds.items()}
+    for i, w in enumerate(t["omega"]):
+        row = (float(w), "theory", "tied", 0, float(t["alpha_c"][i]), float(t["alpha_c_err"][i]),
+               str(t["alpha_c_status"][i]), float(t["alpha_l"][i]), float(t["alpha_l_err"][i]),
+               str(t["alpha_l_status"][i]), 0)
+        for k, v in zip(THRESHOLD_COLUMNS, row):
+            thresholds[k].insert(i, v)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [write_csv(os.path.join(out_dir, "theory.csv"), theory,
+                       ["alpha", "omega", "branch"] + [k for k in theory if k not in ("alpha", "omega", "branch")])]
+    paths += runs.write(out_dir)
+    paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), thresholds, THRESHOLD_COLUMNS))
+    for w in cfg["omegas"]:
+        paths.append(plot_value(runs.runs, theory, thresholds, os.path.join(out_dir, f"value_omega_{w}.png"),
+                                omega=w, value_rank=cfg["value_rank"]))
+    paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), dict(
+        preset=preset, value_rank=cfg["value_rank"], omegas=list(cfg["omegas"]), alphas=list(cfg["alphas"]),
+        seeds={str(k): list(v) for k, v in cfg["seeds"].items()},
+        alphas_by_d={str(k): list(v) for k, v in cfg.get("alphas_by_d", {}).items()},
+        train=dataclasses.asdict(cfg["train"]), value_lam=0.0, theory=theory_config,
+        note="theory.csv is the tied model's state evolution (main setting), the reference: the value model has "
+             "no theory (paper, appendix C.10)")))
+    return paths

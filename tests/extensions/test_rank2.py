@@ -1,0 +1,218 @@
+"""Tests of `phasejax.extensions.rank2`: the rotation symmetry of the rank-2 SE (equivariance of the map, a
+rotated fixed point is a fixed point), the gauge-fixed solve, the reduction to r = 1 (second column held at zero),
+inits and validation, thresholds, write/load, vmapped runs; experiments vs theory (slow)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from phasejax.empirics.training import TrainConfig
+from phasejax.extensions.rank2 import (
+    INITS,
+    ExtensionResult,
+    classify_fixed_point,
+    crossing_with_error,
+    init_columns,
+    invariant_columns,
+    overlap_mask,
+    rank2_init,
+    rank2_params,
+    rank2_run,
+    rotate_nodes,
+    rotate_overlaps,
+    rotation,
+    run_tasks,
+    train_rank2,
+)
+from phasejax.precision import float64_scope
+from phasejax.theory import SEConfig, make_params, solve_state_evolution
+from phasejax.theory.fields import Overlaps
+from phasejax.theory.quadrature import FixedRule, Quadrature, gauss_hermite
+from phasejax.theory.solver import BranchInit, SEConfig as _SEConfig, initial_warm, se_map  # noqa: F401
+
+# a generic valid rank-2 state (no symmetry: m, theta0 along different directions, q0 not diagonal)
+STATE = dict(q0=[[0.45, 0.08], [0.08, 0.7]], m=[[0.22, -0.05]], V0=[[50.0, 3.0], [3.0, 40.0]], theta0=[[0.1, 0.3]])
+
+
+def _ov(**kw):
+    return Overlaps(**{k: jnp.asarray(kw.get(k, STATE[k]), jnp.float64) for k in STATE})
+
+
+def _map(ov, params, points, hold_m=False, hold_theta=False):
+    """`F(ov)` with a fixed rule of `points`, every node warm-started at its field (jitted)."""
+    x, unravel = ravel_pytree(ov)
+
+    @jax.jit
+    def F(x, points):
+        scheme = FixedRule(Quadrature(points=points, weights=jnp.full((points.shape[0],), 1.0 / points.shape[0])))
+        warm = initial_warm(params, scheme, unravel(x))
+        return se_map(x, unravel, params, scheme, jnp.asarray(hold_m), jnp.asarray(hold_theta), warm, 0,
+                      _SEConfig(prox_steps=12), extra_starts=True)
+
+    ev = F(x, points)
+    return unravel(ev.Fx), ev
+
+
+def test_map_is_rotation_equivariant():
+    """F(R . x) with nodes xi -> R^T xi equals R . F(x), node by node (the symmetry Q -> Q R)."""
+    with float64_scope():
+        params = rank2_params(1.3, 0.3)
+        points = jnp.asarray(np.random.default_rng(0).standard_normal((16, 6)))
+        R = rotation(0.7, jnp.float64)
+        F, ev = _map(_ov(), params, points)
+        F_rot, ev_rot = _map(rotate_overlaps(_ov(), R), params, rotate_nodes(points, R, params))
+        expected = rotate_overlaps(F, R)
+        for a, b in zip(jax.tree_util.tree_leaves(F_rot), jax.tree_util.tree_leaves(expected)):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(ev_rot.envelope, ev.envelope, rtol=1e-10)
+        # and the invariants do not see the rotation
+        for k, v in invariant_columns(_ov(), params.sigma).items():
+            np.testing.assert_allclose(invariant_columns(rotate_overlaps(_ov(), R), params.sigma)[k], v, rtol=1e-12)
+
+
+def test_rotation_helpers():
+    R = np.asarray(rotation(0.3))
+    np.testing.assert_allclose(R @ R.T, np.eye(2), atol=1e-6)
+    with float64_scope():
+        ov = rotate_overlaps(_ov(), rotation(0.3, jnp.float64))
+        # Q -> Q R: q0 -> R^T q0 R keeps trace and eigenvalues
+        np.testing.assert_allclose(np.trace(ov.q0), np.trace(np.asarray(STATE["q0"])), rtol=1e-14)
+
+
+def test_inits_gauge_and_validation():
+    with float64_scope():
+        params = rank2_params(1.0, 0.3)
+        for name in INITS:
+            ib = rank2_init(name, params)
+            assert ib.gauge.shape == ravel_pytree(ib.overlaps)[0].shape
+            assert int(ib.gauge.sum()) == (2 if name == "mixed" else 1)
+            x = ravel_pytree(ib.overlaps)[0]
+            assert np.all(np.asarray(x)[np.asarray(ib.gauge)] == 0.0)   # the gauge coordinate is zero at the init
+        assert bool(rank2_init("positional", params).hold_theta) and bool(rank2_init("semantic", params).hold_m)
+        with pytest.raises(ValueError, match="init"):
+            rank2_init("both", params)
+        with pytest.raises(ValueError, match="r=2"):
+            rank2_init("positional", make_params(1.0, 0.3))
+    mask = overlap_mask(_ov(), m=[(0, 1)])
+    assert int(mask.sum()) == 1 and bool(mask[5])     # ravel order q0 (4), m (2), ...
+    with pytest.raises(ValueError, match="alpha"):
+        rank2_params(-1.0, 0.3)
+    with pytest.raises(ValueError, match="d"):
+        run_tasks((1.0,), (0.3,), (0,), INITS, 0)
+    with pytest.raises(ValueError, match="inits"):
+        run_tasks((1.0,), (0.3,), (0,), ("foo",), 10)
+
+
+def test_classify_and_crossing():
+    assert list(classify_fixed_point([0.2, 0.0, 0.2, 0.0], [0.0, 0.3, 0.3, 0.0])) == [
+        "positional", "semantic", "mixed", "agnostic"]
+    a = np.array([1.0, 2.0, 3.0])
+    ac, err = crossing_with_error(a, 1.5 - a, np.full(3, 0.1))     # delta = 1.5 - alpha: crosses at 1.5, slope -1
+    assert ac == pytest.approx(1.5) and err == pytest.approx(0.1)
+    assert np.isnan(crossing_with_error(a, a, np.zeros(3))[0])
+
+
+def test_init_columns_overlaps():
+    d = 4000
+    key = jax.random.PRNGKey(0)
+    u = (jnp.ones((1, d)) / np.sqrt(d)).astype(jnp.float32)
+    Qstar = jax.random.normal(jax.random.PRNGKey(1), (d, 1), jnp.float32)
+    for code, (m_expect, th_expect) in enumerate([((0.5, 0.5), (0, 0)), ((0, 0), (1, 1)), ((0.5, 0), (0, 1))]):
+        Q = init_columns(code, key, u, Qstar, noise=0.01)
+        m = np.asarray(u @ Q / np.sqrt(d))[0]
+        th = np.asarray(Qstar.T @ Q / d)[0]
+        np.testing.assert_allclose(m, m_expect, atol=0.07)   # random overlap u.Q*/sqrt(d) ~ N(0, 1/d): 4.4 sigma at d=4000
+        np.testing.assert_allclose(th, th_expect, atol=0.06)
+
+
+def test_vmapped_runs_equal_single_runs():
+    params = rank2_params()
+    cfg = TrainConfig(max_steps=20)
+    tasks = run_tasks((0.5, 1.0), (0.3,), (0, 1), ("positional", "mixed"), 16)
+    one = lambda s, a, w, i, n: rank2_run(s, a, w, i, n, params=params, d=16, n_max=16, config=cfg, n_test=50)  # noqa
+    cols = [jnp.asarray(tasks[k]) for k in ("seed", "alpha", "omega", "init", "n")]
+    batched = jax.jit(jax.vmap(one))(*cols)
+    for j in (0, 3, 6):
+        single = jax.jit(one)(*(c[j] for c in cols))
+        for k in ("test_error", "train_loss", "q", "m", "theta"):
+            np.testing.assert_allclose(batched[k][j], single[k], rtol=2e-4, atol=1e-6)
+
+
+def test_result_round_trip(tmp_path):
+    theory = dict(alpha=np.array([1.0, 1.0]), omega=np.array([0.3, 0.3]), init=np.array(["positional", "mixed"]),
+                  branch=np.array(["positional", "mixed"]), train_loss=np.array([0.1, 0.2]),
+                  train_loss_err=np.array([1e-4, 2e-4]), converged=np.array([True, False]),
+                  status=np.array(["converged", "max_iterations"]))
+    runs = dict(alpha=np.array([1.0]), omega=np.array([0.3]), seed=np.array([0]), init=np.array(["mixed"]),
+                d=np.array([200]), test_error=np.array([0.01]))
+    res = ExtensionResult(theory=theory, runs=runs, thresholds=dict(omega=np.array([0.3]), alpha_c=np.array([1.2])),
+                          summary=dict(extension="rank2"))
+    res.write(str(tmp_path))
+    back = ExtensionResult.load(str(tmp_path))
+    for tab, orig in ((back.theory, theory), (back.runs, runs)):
+        for k, v in orig.items():
+            if v.dtype.kind in "fib":     # booleans are written as 0/1 and read back as integers
+                np.testing.assert_allclose(np.asarray(tab[k], float), v.astype(float))
+            else:
+                assert [str(x) for x in tab[k]] == [str(x) for x in v]
+    assert back.summary == res.summary
+
+
+@pytest.mark.slow
+def test_second_column_at_zero_reduces_to_rank_one():
+    """r = 2 with the second column of Q held at zero (q0, m, V0 off-diagonal and second entries gauge-held) and
+    nodes embedding the r = 1 rule gives the r = 1 fixed point (the issue's reduction test)."""
+    with float64_scope():
+        p1, p2 = make_params(1.4, 0.3), rank2_params(1.4, 0.3)
+        gh = gauss_hermite(4, 5)
+        z = np.asarray(gh.points)
+        z2 = np.stack([z[:, 0], 0 * z[:, 0], z[:, 1], 0 * z[:, 0], z[:, 2], z[:, 3]], axis=1)
+        q2 = Quadrature(points=jnp.asarray(z2), weights=gh.weights)
+        res1 = solve_state_evolution(p1, "positional", quadrature=gh)
+        s2 = 0.25
+        ov = Overlaps(q0=jnp.diag(jnp.asarray([0.02 / s2, 0.0])), m=jnp.asarray([[0.2, 0.0]]),
+                      V0=jnp.diag(jnp.asarray([14.6 / s2, 14.6 / s2])), theta0=jnp.zeros((1, 2)))
+        gauge = overlap_mask(ov, q0=[(0, 1), (1, 0), (1, 1)], m=[(0, 1)], V0=[(0, 1), (1, 0), (1, 1)])
+        ib = BranchInit(overlaps=ov, hold_m=jnp.asarray(False), hold_theta=jnp.asarray(True), gauge=gauge)
+        res2 = solve_state_evolution(p2, ib, quadrature=q2)
+    assert res1.status_name == "converged" and res2.status_name == "converged"
+    np.testing.assert_allclose(res2.overlaps.q0[0, 0], res1.overlaps.q0[0, 0], rtol=1e-7)
+    np.testing.assert_allclose(res2.overlaps.m[0, 0], res1.overlaps.m[0, 0], rtol=1e-7)
+    np.testing.assert_allclose(res2.overlaps.V0[0, 0], res1.overlaps.V0[0, 0], rtol=1e-7)
+    np.testing.assert_allclose(res2.train_loss, res1.train_loss, rtol=1e-8)
+    np.testing.assert_allclose(res2.test_error, res1.test_error, rtol=1e-8)
+
+
+@pytest.mark.slow
+def test_gauge_fixed_solve_converges_and_rotated_fixed_point_is_fixed():
+    """The gauge-fixed positional solve converges; rotating its fixed point (and the rule's nodes) gives a
+    fixed point of the rotated map, and the ungauged residual there is at the level of the solve's tolerance."""
+    with float64_scope():
+        params = rank2_params(1.5, 0.3)
+        points = jnp.asarray(np.random.default_rng(1).standard_normal((512, 6)))
+        rule = Quadrature(points=points, weights=jnp.full((512,), 1.0 / 512))
+        res = solve_state_evolution(params, rank2_init("positional", params), quadrature=rule)
+        assert res.status_name == "converged"
+        R = rotation(1.1, jnp.float64)
+        ov_rot = rotate_overlaps(res.overlaps, R)
+        F_rot, _ = _map(ov_rot, params, rotate_nodes(points, R, params), hold_theta=True)
+        x, _ = ravel_pytree(ov_rot)
+        Fx, _ = ravel_pytree(F_rot)
+        assert float(jnp.max(jnp.abs(Fx - x) / jnp.maximum(1.0, jnp.abs(x)))) < 1e-6
+
+
+@pytest.mark.slow
+def test_experiments_approach_theory_with_d():
+    """Seed-mean test error of the positional-init runs approaches the SE with d (d = 100 vs 400)."""
+    from phasejax.extensions.rank2 import rank2_theory
+    from phasejax.theory.quadrature import SobolRule
+
+    th = rank2_theory((1.3,), (0.3,), quadrature=SobolRule.create(6, 8, 4))
+    pos = (th["init"] == "positional")
+    devs = []
+    for d in (100, 400):
+        runs = train_rank2((1.3,), (0.3,), (0, 1, 2), d=d, inits=("positional",))
+        devs.append(abs(np.mean(runs["test_error"]) / th["test_error"][pos][0] - 1))
+    assert devs[1] < devs[0] or devs[1] < 0.05
