@@ -12,8 +12,9 @@ the other tasks) runs through `run_chunked`:
 * every finished chunk is written atomically to `run_dir/chunks/` as NPZ;
   a re-run loads finished chunks instead of recomputing them;
 * `run_dir/config.json` records the run's complete configuration, its
-  fingerprint (a SHA-256 of the configuration's *content*, of the task table
-  and of the library version) and the chunking. A run directory holding
+  fingerprint (a SHA-256 of the configuration's *content*, of the task table,
+  of the library version and of a digest of the library's source, so that an
+  edit of any phasejax function invalidates old chunks) and the chunking. A run directory holding
   another fingerprint is refused with the keys that differ named.
   Functions in a configuration (a custom target, a student) are identified
   by `callable_identity`: a hash of their code, constants, defaults and
@@ -36,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -226,12 +228,41 @@ def canonical_config(config: Any) -> Any:
     return config
 
 
-def config_fingerprint(config: Mapping, tasks: Tasks, version: str | None = None) -> str:
-    """SHA-256 of the canonical JSON config, the task table and the library version."""
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """SHA-256 (16 hex digits) of the phasejax package's Python source (every `*.py` under the package, by
+    relative path and content), computed once per process.
+
+    Part of every run fingerprint next to the version: `callable_identity` hashes a batch function, its
+    closures and the module functions it names, but not everything those call in turn, so an edit of a
+    deeper library function (a development checkout keeps its version number) would otherwise let a run
+    directory return results of the old code."""
+    return tree_digest(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tree_digest(root: str) -> str:
+    """SHA-256 (16 hex digits) of every `*.py` file under `root`, by relative path and content."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()[:16]
+
+
+def config_fingerprint(config: Mapping, tasks: Tasks, version: str | None = None, source: str | None = None) -> str:
+    """SHA-256 of the canonical JSON config, the task table, the library version and its source digest
+    (`source_digest`)."""
     if version is None:
         from phasejax import __version__ as version
+    if source is None:
+        source = source_digest()
     h = hashlib.sha256(json.dumps(canonical_config(config), sort_keys=True).encode())
     h.update(f"phasejax={version}".encode())
+    h.update(f"source={source}".encode())
     for key in sorted(tasks):
         a = np.ascontiguousarray(np.asarray(tasks[key]))
         h.update(key.encode() + str(a.dtype).encode())
@@ -287,7 +318,7 @@ def run_record(config: Mapping, tasks: Tasks, chunk_size: int) -> dict:
 
     n = _check_tasks(tasks)
     return dict(config=canonical_config(config), fingerprint=config_fingerprint(config, tasks), library="phasejax",
-                version=__version__, n_tasks=n, chunk_size=int(min(chunk_size, n)),
+                version=__version__, source=source_digest(), n_tasks=n, chunk_size=int(min(chunk_size, n)),
                 n_chunks=int(np.ceil(n / min(chunk_size, n))))
 
 
@@ -295,7 +326,7 @@ def claim_run_dir(run_dir: str, record: Mapping) -> None:
     """Create `run_dir/config.json` from `record`, or check that an existing one matches it.
 
     Raises `ValueError` naming the differing keys when the directory holds
-    another run (a different config, task table, library version or chunk size).
+    another run (a different config, task table, library version or source, or chunk size).
     """
     cfg_path = os.path.join(run_dir, "config.json")
     if not os.path.exists(cfg_path):
@@ -306,7 +337,7 @@ def claim_run_dir(run_dir: str, record: Mapping) -> None:
     if old.get("fingerprint") == record["fingerprint"] and old.get("chunk_size") == record["chunk_size"]:
         return
     diffs = [f"config.{k}" for k in config_differences(old.get("config", {}), record["config"])]
-    for key in ("version", "n_tasks", "chunk_size"):
+    for key in ("version", "source", "n_tasks", "chunk_size"):
         if old.get(key) != record[key]:
             diffs.append(f"{key} ({old.get(key)!r} there, {record[key]!r} now)")
     if not diffs:

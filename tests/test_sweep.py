@@ -89,6 +89,34 @@ def test_the_library_version_is_part_of_the_fingerprint():
     assert config_fingerprint(CONFIG, TASKS, version="0.1") != config_fingerprint(CONFIG, TASKS, version="0.2")
 
 
+def test_the_library_source_is_part_of_the_fingerprint(tmp_path, monkeypatch):
+    """An edit anywhere in the package (here: a changed source digest) refuses the old run directory and
+    names `source`; the digest is a pure function of the package files."""
+    import phasejax.sweep as sweep
+
+    assert sweep.source_digest() == sweep.source_digest() and len(sweep.source_digest()) == 16
+    assert config_fingerprint(CONFIG, TASKS, source="a") != config_fingerprint(CONFIG, TASKS, source="b")
+    run_chunked(_fn, TASKS, CONFIG, opts(tmp_path))
+    monkeypatch.setattr(sweep, "source_digest", lambda: "0123456789abcdef")
+    with pytest.raises(ValueError, match="source"):
+        run_chunked(_fn, TASKS, CONFIG, opts(tmp_path))
+
+
+def test_source_digest_changes_with_any_package_file(tmp_path):
+    """The digest of a copy of the package equals the package's, and changes when one deep function changes."""
+    import shutil
+
+    import phasejax
+    from phasejax.sweep import source_digest, tree_digest
+
+    dst = tmp_path / "phasejax"
+    shutil.copytree(os.path.dirname(phasejax.__file__), dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    assert tree_digest(str(dst)) == source_digest()
+    f = dst / "tasks" / "induction.py"
+    f.write_text(f.read_text() + "\n# an edit\n")
+    assert tree_digest(str(dst)) != source_digest()
+
+
 def test_bad_inputs_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="omega"):
         run_chunked(_fn, dict(alpha=np.ones(3), omega=np.ones(2)), CONFIG, opts(tmp_path))

@@ -67,13 +67,17 @@ INITS = ("positional", "semantic", "mixed")
 """The three initialisations of the two columns of `Q` (both positional, both semantic, one of each)."""
 
 PRESETS = {
-    "cpu": dict(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=8, n_replicas=4,
+    "cpu": dict(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=11, n_replicas=4,
                 run_alphas=(1.3, 2.3), run_omegas=(0.3,), seeds=(0, 1, 2), dims=(200, 800)),
     "gpu": dict(alphas=tuple(np.round(np.arange(0.2, 3.01, 0.2), 10)), omegas=(0.0, 0.15, 0.3, 0.45),
                 log2_n=12, n_replicas=4, run_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), run_omegas=(0.0, 0.3),
                 seeds=(0, 1, 2, 3, 4), dims=(200, 400, 800, 1600)),
 }
 """`cpu`: the committed results (2 cores); `gpu`: a larger grid (documented, not run)."""
+
+EXTENSION_SE_CONFIG = SEConfig(max_iter=150, max_iter_warm=100)
+"""Solver caps of the extensions' continuation rows: a cold solve of the stacked rank-2 problems takes
+40-50 Newton iterations (more than `SEConfig()`'s 40), a warm one up to ~30."""
 
 
 # ----------------------------------------------------------------------------
@@ -267,11 +271,26 @@ def crossing_with_error(alphas, delta, delta_err) -> tuple[float, float]:
     return float("nan"), float("nan")
 
 
+def crossing_status(root: float, delta) -> str:
+    """Where a threshold lies: `in_grid` (a root was found), `below_grid` (`delta <= 0` at every finite grid
+    point: the crossing is at a smaller alpha), `above_grid` (`delta > 0` everywhere), `no_crossing`
+    (no finite points, or signs that change without a `+ -> -` crossing)."""
+    if np.isfinite(root):
+        return "in_grid"
+    d = np.asarray(delta, float)
+    d = d[np.isfinite(d)]
+    if d.size and np.all(d <= 0):
+        return "below_grid"
+    if d.size and np.all(d > 0):
+        return "above_grid"
+    return "no_crossing"
+
+
 def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: str = "positional",
                      semantic: str = "semantic") -> dict[str, np.ndarray]:
     """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (with the
     error from the two `train_loss_err`), and `alpha_l` where the global minimum's test error drops below
-    the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `ok` or `no_crossing`."""
+    the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `crossing_status`."""
     out = {k: [] for k in ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
                            "alpha_l_status", "eps_lin")}
     with float64_scope():
@@ -289,9 +308,9 @@ def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: st
             order = np.argsort(a_gm)
             al, al_err = crossing_with_error(a_gm[order], table["test_error"][gm][order] - eps_lin,
                                              table["test_error_err"][gm][order])
-            for k, v in dict(omega=om, alpha_c=ac, alpha_c_err=ac_err,
-                             alpha_c_status="ok" if np.isfinite(ac) else "no_crossing", alpha_l=al,
-                             alpha_l_err=al_err, alpha_l_status="ok" if np.isfinite(al) else "no_crossing",
+            for k, v in dict(omega=om, alpha_c=ac, alpha_c_err=ac_err, alpha_c_status=crossing_status(ac, delta),
+                             alpha_l=al, alpha_l_err=al_err,
+                             alpha_l_status=crossing_status(al, table["test_error"][gm][order] - eps_lin),
                              eps_lin=eps_lin).items():
                 out[k].append(v)
     return {k: np.asarray(v) for k, v in out.items()}
@@ -465,13 +484,16 @@ INIT_COLOURS = {"positional": "tab:blue", "semantic": "tab:red", "mixed": "tab:g
 
 
 def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("train_loss", "test_error"),
-                labels=("training loss $e_t$", "test error $\\epsilon_g$")) -> Figure:
+                labels=("training loss $e_t$", "test error $\\epsilon_g$"), thresholds: bool = False) -> Figure:
     """Theory lines (with 95% quadrature-error bands) per init and omega, experiment markers (seed mean,
-    error bars: standard error over seeds) per d; one column per omega, one row per key."""
+    error bars: standard error over seeds) per d; one column per omega, one row per key. With `thresholds`,
+    a last column shows `alpha_c(omega)` (and the tied model's, when `result.thresholds` has
+    `alpha_c_tied`) with 95% error bars."""
     th, runs = result.theory, result.runs
     omegas = np.unique(th["omega"])
-    fig = Figure(figsize=(5.2 * len(omegas), 3.6 * len(keys)), layout="constrained")
-    axes = fig.subplots(len(keys), len(omegas), squeeze=False)
+    ncol = len(omegas) + int(thresholds)
+    fig = Figure(figsize=(4.6 * ncol + 1.8, 3.6 * len(keys)), layout="constrained")
+    axes = fig.subplots(len(keys), ncol, squeeze=False)
     dims = np.unique(runs["d"]) if len(runs.get("d", [])) else []
     markers = ["o", "s", "^", "D"]
     for j, om in enumerate(omegas):
@@ -499,8 +521,27 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
             ax.set_ylabel(labels[i])
             ax.set_title(f"$\\omega$ = {om:g}")
             ax.grid(alpha=0.3)
-    handles, labs = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labs, loc="outside right upper", fontsize=7)
+    if thresholds:
+        gs = axes[0, -1].get_gridspec()
+        for ax in axes[:, -1]:
+            ax.remove()
+        ax = fig.add_subplot(gs[:, -1])
+        ts = result.thresholds
+        w = np.asarray(ts["omega"], float)
+        for key, c, lab in (("alpha_c", "k", "this model"), ("alpha_c_tied", "0.55", "tied model (main job)")):
+            if key in ts:
+                v, e = np.asarray(ts[key], float), np.asarray(ts[f"{key}_err"], float)
+                ax.errorbar(v, w, xerr=np.where(np.isfinite(e), e, 0), fmt="o-", color=c, capsize=3,
+                            label=f"$\\alpha_c$, {lab}")
+        ax.set(xlabel=r"$\alpha$", ylabel=r"$\omega$", title=r"$\alpha_c(\omega)$: $e_t$ of the branches cross")
+        ax.set_ylim(0, max(0.4, float(np.nanmax(w)) + 0.1))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    seen = {}
+    for ax in axes[:, :len(omegas)].ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7)
     fig.suptitle(title + "\n(bands: 95% quadrature error; markers: mean over seeds, bars: standard error)",
                  fontsize=10)
     return fig
@@ -512,7 +553,7 @@ def theory_extra(res, params) -> dict:
 
 
 def rank2_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, quadrature=None,
-                 se_config: SEConfig = SEConfig(), options: RunOptions | None = None) -> dict[str, np.ndarray]:
+                 se_config: SEConfig = EXTENSION_SE_CONFIG, options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """SE table from the three inits (`INITS`) on `omegas x alphas`: `init`, `branch` (what the fixed point
     is: `classify_fixed_point`), `global_min`, rotation invariants and all `result_columns`."""
     params = rank2_params() if params is None else params

@@ -38,6 +38,7 @@ from phasejax.empirics.students import UntiedAttention, positional_init, semanti
 from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
 from phasejax.extensions.rank2 import (
+    EXTENSION_SE_CONFIG,
     ExtensionResult,
     attach_theory,
     continuation_table,
@@ -63,8 +64,8 @@ NAME = "untied"
 INITS = ("positional", "semantic")
 
 PRESETS = {
-    "cpu": dict(alphas=(0.9, 1.3, 1.7, 2.1, 2.5), omegas=(0.3,), log2_n=8, n_replicas=4,
-                run_alphas=(1.3, 2.5), run_omegas=(0.3,), seeds=(0, 1, 2), dims=(200, 800)),
+    "cpu": dict(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
+                run_alphas=(1.3, 2.1, 2.9), run_omegas=(0.3,), seeds=(0, 1, 2), dims=(200, 800)),
     "gpu": dict(alphas=tuple(np.round(np.arange(0.2, 3.01, 0.2), 10)), omegas=(0.0, 0.1, 0.2, 0.3, 0.4),
                 log2_n=12, n_replicas=4, run_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), run_omegas=(0.0, 0.3),
                 seeds=(0, 1, 2, 3, 4), dims=(200, 400, 800, 1600)),
@@ -130,7 +131,7 @@ def untied_columns(res, params) -> dict:
 
 
 def untied_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, quadrature=None,
-                  se_config: SEConfig = SEConfig(), options: RunOptions | None = None) -> dict[str, np.ndarray]:
+                  se_config: SEConfig = EXTENSION_SE_CONFIG, options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """SE table of both branches on `omegas x alphas` (positional rows upwards, semantic rows downwards in
     alpha); `branch` = `init` (each is solved in its invariant subspace), `global_min` marks the lower `e_t`."""
     params = untied_params() if params is None else params
@@ -234,7 +235,7 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
     result = ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary)
     paths = result.write(out_dir)
     fig = make_figure(result, title="Untied query and key ($W_Q \\neq W_K$, rank 1 each): both branches",
-                      inits=INITS)
+                      inits=INITS, thresholds=True)
     paths.append(save_figure(fig, os.path.join(out_dir, "untied.png")))
     return paths
 
