@@ -280,34 +280,42 @@ class TrainingRuns:
         return cls(grid=grid, runs=runs, config={})
 
 
-def write_runs_csv(runs: dict[str, np.ndarray], path: str) -> str:
-    """Write runs (one row each, columns `RUN_COLUMNS`; names for `init`, `solution`, `status`) to CSV atomically."""
+def write_runs_csv(runs: dict[str, np.ndarray], path: str, *, columns=None, named=None) -> str:
+    """Write runs (one row each) to CSV atomically: `columns` (default `RUN_COLUMNS`), integer codes of the
+    `named` columns (default: `init`, `solution`) and `status` written as names."""
+    columns = RUN_COLUMNS if columns is None else tuple(columns)
+    named = _NAMED if named is None else named
     cols = {}
-    for k in RUN_COLUMNS:
+    for k in columns:
         v = np.asarray(runs[k])
-        if k in _NAMED:
-            v = np.asarray(_NAMED[k])[v.astype(int)]
+        if k in named:
+            v = np.asarray(named[k])[v.astype(int)]
         elif k == "status":
             v = status_names(v)
         cols[k] = v
-    return write_csv(path, cols, RUN_COLUMNS)
+    return write_csv(path, cols, columns)
 
 
-def read_runs_csv(path: str) -> dict[str, np.ndarray]:
-    """Inverse of `write_runs_csv`: codes for `init`, `solution`, `status`; `converged` boolean."""
+def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[str, np.ndarray]:
+    """Inverse of `write_runs_csv` (same `columns`, `named`): codes for the named columns and `status`,
+    `converged` boolean, the `integers` columns as int64. Raises `ValueError` naming missing columns."""
+    columns = RUN_COLUMNS if columns is None else tuple(columns)
+    named = _NAMED if named is None else named
     raw = read_csv(path)
-    missing = [k for k in RUN_COLUMNS if k not in raw]
+    missing = [k for k in columns if k not in raw]
     if missing:
         raise ValueError(f"{path} is not a runs.csv: missing columns {missing}")
     runs = {}
-    for k in RUN_COLUMNS:
+    for k in columns:
         v = raw[k]
-        if k in _NAMED:
-            v = np.asarray([_NAMED[k].index(str(s)) for s in v], np.int32)
+        if k in named:
+            v = np.asarray([named[k].index(str(s)) for s in v], np.int32)
         elif k == "status":
             v = np.asarray([status_code(str(s)) for s in v], np.int32)
         elif k == "converged":
-            v = v.astype(bool)
+            v = np.asarray(v).astype(bool)
+        elif k in integers:
+            v = np.asarray(v).astype(np.int64)
         runs[k] = v
     return runs
 

@@ -38,12 +38,10 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.flatten_util import ravel_pytree
 from matplotlib.figure import Figure
 
 from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
-from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
@@ -248,12 +246,14 @@ def continuation_table(params: TiedAttentionParams, alphas, omegas, inits: dict,
 
 
 def mark_global_minimum(table: dict) -> dict:
-    """Add `global_min` (bool): the converged row with the lowest `train_loss` at each `(alpha, omega)`."""
+    """Add `global_min` (bool): at each `(alpha, omega)` where every row converged, the row with the lowest
+    `train_loss` (where one did not, none is marked: its fixed point could be the lowest)."""
     gm = np.zeros(len(table["alpha"]), bool)
     ok = np.asarray(table["converged"]).astype(bool) & np.isfinite(table["train_loss"])
     for key in set(zip(table["alpha"].tolist(), table["omega"].tolist())):
-        idx = np.flatnonzero((table["alpha"] == key[0]) & (table["omega"] == key[1]) & ok)
-        if idx.size:
+        at = (table["alpha"] == key[0]) & (table["omega"] == key[1])
+        if np.all(ok[at]):
+            idx = np.flatnonzero(at)
             gm[idx[np.argmin(table["train_loss"][idx])]] = True
     return {**table, "global_min": gm}
 
@@ -273,11 +273,14 @@ def crossing_with_error(alphas, delta, delta_err) -> tuple[float, float]:
 
 def crossing_status(root: float, delta) -> str:
     """Where a threshold lies: `in_grid` (a root was found), `below_grid` (`delta <= 0` at every finite grid
-    point: the crossing is at a smaller alpha), `above_grid` (`delta > 0` everywhere), `no_crossing`
-    (no finite points, or signs that change without a `+ -> -` crossing)."""
+    point: the crossing is at a smaller alpha), `above_grid` (`delta > 0` everywhere), `undetermined` (no
+    crossing among the finite points but some points are missing, e.g. not converged), `no_crossing`
+    (signs that change without a `+ -> -` crossing)."""
     if np.isfinite(root):
         return "in_grid"
     d = np.asarray(delta, float)
+    if not np.all(np.isfinite(d)):
+        return "undetermined"
     d = d[np.isfinite(d)]
     if d.size and np.all(d <= 0):
         return "below_grid"
@@ -303,14 +306,17 @@ def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: st
             delta = np.where(ok, table["train_loss"][sem] - table["train_loss"][pos], np.nan)
             derr = np.hypot(table["train_loss_err"][sem], table["train_loss_err"][pos])
             ac, ac_err = crossing_with_error(alphas, delta, derr)
-            gm = (table["omega"] == om) & table["global_min"]
-            a_gm = table["alpha"][gm]
-            order = np.argsort(a_gm)
-            al, al_err = crossing_with_error(a_gm[order], table["test_error"][gm][order] - eps_lin,
-                                             table["test_error_err"][gm][order])
+            # the global minimum's test error on the alpha grid (NaN where no global minimum is determined)
+            gm = (table["omega"] == om) & np.asarray(table["global_min"]).astype(bool)
+            gm_err, gm_err_err = np.full(len(alphas), np.nan), np.full(len(alphas), np.nan)
+            for j, a in enumerate(alphas):
+                row = np.flatnonzero(gm & (table["alpha"] == a))
+                if row.size:
+                    gm_err[j], gm_err_err[j] = table["test_error"][row[0]], table["test_error_err"][row[0]]
+            al, al_err = crossing_with_error(alphas, gm_err - eps_lin, gm_err_err)
             for k, v in dict(omega=om, alpha_c=ac, alpha_c_err=ac_err, alpha_c_status=crossing_status(ac, delta),
                              alpha_l=al, alpha_l_err=al_err,
-                             alpha_l_status=crossing_status(al, table["test_error"][gm][order] - eps_lin),
+                             alpha_l_status=crossing_status(al, gm_err - eps_lin),
                              eps_lin=eps_lin).items():
                 out[k].append(v)
     return {k: np.asarray(v) for k, v in out.items()}
@@ -500,10 +506,15 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
         for i, key in enumerate(keys):
             ax = axes[i, j]
             for name in inits:
-                sel = (th["omega"] == om) & (th["init"] == name) & th["converged"].astype(bool)
+                c = INIT_COLOURS.get(name, None)
+                at = (th["omega"] == om) & (th["init"] == name)
+                bad = at & ~th["converged"].astype(bool) & np.isfinite(th[key])
+                if bad.any():   # shown, but marked: the solve stopped at its iteration cap
+                    ax.plot(th["alpha"][bad], th[key][bad], "x", color=c, ms=7,
+                            label=f"SE, {name} init, not converged (last iterate)")
+                sel = at & th["converged"].astype(bool)
                 if not sel.any():
                     continue
-                c = INIT_COLOURS.get(name, None)
                 a, v, e = th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel]
                 ax.plot(a, v, "-", color=c, label=f"theory, {name} init")
                 ax.fill_between(a, v - e, v + e, color=c, alpha=0.25, lw=0)
@@ -541,7 +552,7 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
     for ax in axes[:, :len(omegas)].ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
-    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7)
+    fig.legend(list(seen.values()), list(seen), loc="outside right center", fontsize=7)
     fig.suptitle(title + "\n(bands: 95% quadrature error; markers: mean over seeds, bars: standard error)",
                  fontsize=10)
     return fig

@@ -41,7 +41,7 @@ from phasejax.empirics.sweep import TrainingGrid, TrainingRuns, train_students
 from phasejax.empirics.training import TrainConfig
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
 from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
-from phasejax.precision import float64_scope, uses_float64
+from phasejax.precision import uses_float64
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions
 from phasejax.theory.census import CENSUS_SEEDS

@@ -40,7 +40,6 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from phasejax.empirics.data import (
@@ -55,10 +54,11 @@ from phasejax.empirics.data import (
 )
 from phasejax.empirics.metrics import classify_solution, fresh_test_error
 from phasejax.empirics.students import init_weights
+from phasejax.empirics.sweep import read_runs_csv, write_runs_csv
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.io import atomic_write_json, read_json, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope
-from phasejax.solvers import status_code, status_names
+from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
 from phasejax.theory.params import TiedAttentionParams, dot_product_attention, make_params, validate_params
 
@@ -289,35 +289,13 @@ class ValueRuns:
 
     def write(self, out_dir: str) -> list[str]:
         os.makedirs(out_dir, exist_ok=True)
-        cols = {}
-        for k in RUN_COLUMNS:
-            v = np.asarray(self.runs[k])
-            if k in _NAMED:
-                v = np.asarray(_NAMED[k])[v.astype(int)]
-            elif k == "status":
-                v = status_names(v)
-            cols[k] = v
-        return [write_csv(os.path.join(out_dir, "runs.csv"), cols, RUN_COLUMNS),
+        return [write_runs_csv(self.runs, os.path.join(out_dir, "runs.csv"), columns=RUN_COLUMNS, named=_NAMED),
                 atomic_write_json(os.path.join(out_dir, "value_runs.json"), dict(config=self.config))]
 
     @classmethod
     def from_csv(cls, path: str) -> "ValueRuns":
-        raw = read_csv(path)
-        missing = [k for k in RUN_COLUMNS if k not in raw]
-        if missing:
-            raise ValueError(f"{path} is not a value runs.csv: missing columns {missing}")
-        runs = {}
-        for k in RUN_COLUMNS:
-            v = raw[k]
-            if k in _NAMED:
-                v = np.asarray([_NAMED[k].index(str(s)) for s in v], np.int32)
-            elif k == "status":
-                v = np.asarray([status_code(str(s)) for s in v], np.int32)
-            elif k == "converged":
-                v = np.asarray(v).astype(bool)
-            elif k in ("seed", "d", "value_rank", "n", "steps"):
-                v = np.asarray(v).astype(np.int64)
-            runs[k] = v
+        runs = read_runs_csv(path, columns=RUN_COLUMNS, named=_NAMED,
+                             integers=("seed", "d", "value_rank", "n", "steps"))
         return cls(runs=runs, config={})
 
     @classmethod
