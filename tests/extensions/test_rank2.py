@@ -13,9 +13,11 @@ from phasejax.extensions.rank2 import (
     INITS,
     ExtensionResult,
     classify_fixed_point,
+    crossing_status,
     crossing_with_error,
     init_columns,
     invariant_columns,
+    mark_global_minimum,
     overlap_mask,
     rank2_init,
     rank2_params,
@@ -24,6 +26,7 @@ from phasejax.extensions.rank2 import (
     rotate_overlaps,
     rotation,
     run_tasks,
+    thresholds_table,
     train_rank2,
 )
 from phasejax.precision import float64_scope
@@ -112,6 +115,29 @@ def test_classify_and_crossing():
     ac, err = crossing_with_error(a, 1.5 - a, np.full(3, 0.1))     # delta = 1.5 - alpha: crosses at 1.5, slope -1
     assert ac == pytest.approx(1.5) and err == pytest.approx(0.1)
     assert np.isnan(crossing_with_error(a, a, np.zeros(3))[0])
+
+
+def test_crossing_status_and_global_minimum_on_constructed_tables():
+    assert crossing_status(1.2, [1.0, -1.0]) == "in_grid"
+    assert crossing_status(np.nan, [-1.0, -2.0]) == "below_grid"
+    assert crossing_status(np.nan, [1.0, 2.0]) == "above_grid"
+    assert crossing_status(np.nan, [1.0, np.nan]) == "undetermined"     # a missing point could hide the root
+    assert crossing_status(np.nan, [-1.0, 1.0]) == "no_crossing"
+    # two inits at three alphas; e_t(semantic) - e_t(positional) = 1.5 - alpha (a root at 1.5); at alpha = 3
+    # the semantic solve did not converge: no global minimum is marked there
+    a = np.array([1.0, 2.0, 3.0])
+    table = dict(alpha=np.concatenate([a, a]), omega=np.full(6, 0.3), init=np.array(["positional"] * 3 + ["semantic"] * 3),
+                 train_loss=np.concatenate([np.full(3, 2.0), 2.0 + 1.5 - a]), train_loss_err=np.full(6, 0.01),
+                 test_error=np.array([0.003, 0.003, 0.003, 0.0025, 0.0015, 0.001]), test_error_err=np.full(6, 1e-5),
+                 converged=np.array([True, True, True, True, True, False]))
+    gm = mark_global_minimum(table)["global_min"]
+    assert gm.tolist() == [True, False, False, False, True, False]   # positional at 1, semantic at 2, none at 3
+    with float64_scope():
+        ts = thresholds_table(mark_global_minimum(table), rank2_params())
+    assert float(ts["alpha_c"][0]) == pytest.approx(1.5) and float(ts["alpha_c_err"][0]) == pytest.approx(0.01 * 2**0.5)
+    assert ts["alpha_c_status"][0] == "in_grid"
+    # eps_lin(omega = 0.3) ~ 0.00197 lies between the global minimum's 0.003 (alpha 1) and 0.0015 (alpha 2)
+    assert 1.0 < float(ts["alpha_l"][0]) < 2.0 and ts["alpha_l_status"][0] == "in_grid"
 
 
 def test_init_columns_overlaps():
