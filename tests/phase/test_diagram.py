@@ -9,10 +9,13 @@ import pytest
 from phasejax.io import read_csv
 from phasejax.phase import PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.sweep import RunOptions
-from phasejax.theory import SplitProductRule, make_params
+from phasejax.theory import SEConfig, SplitProductRule, make_params
 
 PAPER = make_params(1.0, 0.0)   # sigma = 0.5, lambda = 0.01, standard A
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
+# lower iteration caps than the default (40 cold, 30 warm): the converged solves of this grid need at most 17 and
+# 10, and the solves that end a branch (reported max_iterations either way) stop sooner
+CAPPED = PhaseConfig(se=SEConfig(max_iter=25, max_iter_warm=15))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -20,8 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def small_diagram(tmp_path_factory):
     grid = PhaseGrid.from_ranges(np.arange(0.4, 1.61, 0.2), [0.0, 0.3])
     run = tmp_path_factory.mktemp("pd")
-    return phase_diagram(grid, PAPER, quadrature=SMALL, options=RunOptions(run_dir=str(run), chunk_size=2,
-                                                                         progress=False)), run
+    return phase_diagram(grid, PAPER, quadrature=SMALL, config=CAPPED,
+                         options=RunOptions(run_dir=str(run), chunk_size=2, progress=False)), run
 
 
 def test_every_point_has_both_branches_with_error_bars(small_diagram):
@@ -77,8 +80,8 @@ def test_a_killed_sweep_resumes_to_byte_identical_files(small_diagram, tmp_path)
     pd, run = small_diagram
     grid = pd.grid
     opts = RunOptions(run_dir=str(tmp_path / "killed"), chunk_size=2, progress=False)
-    assert phase_diagram(grid, PAPER, quadrature=SMALL, options=opts.replace(max_chunks=1)) is None
-    resumed = phase_diagram(grid, PAPER, quadrature=SMALL, options=opts)
+    assert phase_diagram(grid, PAPER, quadrature=SMALL, config=CAPPED, options=opts.replace(max_chunks=1)) is None
+    resumed = phase_diagram(grid, PAPER, quadrature=SMALL, config=CAPPED, options=opts)
     pd.write(str(tmp_path / "full"))
     resumed.write(str(tmp_path / "resumed"))
     for name in ("points.csv", "diagram.csv", "thresholds.csv"):
@@ -111,7 +114,7 @@ def test_eight_forced_host_devices_equal_one_device(tmp_path, on_host_devices):
         import numpy as np, jax
         from phasejax.phase import PhaseGrid, phase_diagram
         from phasejax.sweep import RunOptions
-        from phasejax.theory import SplitProductRule, make_params
+        from phasejax.theory import SEConfig, SplitProductRule, make_params
         assert len(jax.devices()) == 8, jax.devices()
         grid = PhaseGrid.from_ranges([1.0, 1.5], [0.1, 0.3])
         rule = SplitProductRule(n_smooth=3, eta_step=1.2, n_piece=6, n_replicas=2)

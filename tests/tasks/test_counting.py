@@ -157,14 +157,26 @@ def test_small_vmapped_sweep_equals_its_runs_one_by_one_resumes_and_round_trips(
     assert CountingRuns.load(str(tmp_path / "out")).config == swept.config
 
 
-def test_several_configurations_resume_in_their_own_run_directories(tmp_path):
-    task, grid = HistogramTask(4, 3), CountingGrid(ds=(2,), ps=(2,), seeds=(0,))
-    kw = dict(steps=3, batch_size=4, n_test=16, options=RunOptions(run_dir=str(tmp_path), progress=False))
-    both = counting_phase_diagrams(grid, task, ["linear", "dot+BOS"], **kw)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dot_BOS", "linear"]
-    assert both.names == ["linear", "dot+BOS"] and set(both.config) == {"linear", "dot+BOS"}
-    np.testing.assert_array_equal(both.select("DOT_bos")["accuracy"],
-                                  counting_phase_diagrams(grid, task, "dot+BOS", **kw).runs["accuracy"])
+# Two configurations with loss curves, in their own run directories: one computation (two compiled sweeps) for the
+# two tests below.
+CURVES_TASK, CURVES_GRID = HistogramTask(5, 4), CountingGrid(ds=(3,), ps=(1, 2), seeds=(0,))
+CURVES_KW = dict(steps=30, batch_size=8, n_test=32, curve_points=10)
+
+
+@pytest.fixture(scope="module")
+def two_configurations(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("counting_two")
+    kw = dict(CURVES_KW, options=RunOptions(run_dir=str(run_dir), progress=False))
+    return counting_phase_diagrams(CURVES_GRID, CURVES_TASK, ["dot+BOS+softmax", "linear"], **kw), run_dir, kw
+
+
+def test_several_configurations_resume_in_their_own_run_directories(two_configurations):
+    both, run_dir, kw = two_configurations
+    assert sorted(p.name for p in run_dir.iterdir()) == ["dot_BOS_softmax", "linear"]
+    assert both.names == ["dot+BOS+softmax", "linear"] and set(both.config) == {"dot+BOS+softmax", "linear"}
+    np.testing.assert_array_equal(both.select("DOT_bos_SoftMax")["accuracy"],
+                                  counting_phase_diagrams(CURVES_GRID, CURVES_TASK, "dot+BOS+softmax",
+                                                          **kw).runs["accuracy"])
 
 
 def test_bad_task_inputs():
@@ -182,11 +194,10 @@ def test_bad_task_inputs():
 COMMITTED = os.path.join(os.path.dirname(__file__), "..", "..", "results", "counting")
 
 
-def test_loss_curves_are_block_means_whose_last_block_is_the_final_loss(tmp_path):
+def test_loss_curves_are_block_means_whose_last_block_is_the_final_loss(two_configurations, tmp_path):
     np.testing.assert_allclose(loss_curve(jnp.arange(10.0), 5), [0.5, 2.5, 4.5, 6.5, 8.5])
-    task, grid = HistogramTask(5, 4), CountingGrid(ds=(3,), ps=(1, 2), seeds=(0,))
-    runs = counting_phase_diagrams(grid, task, ["dot+BOS+softmax", "linear"], steps=30, batch_size=8, n_test=32,
-                                   curve_points=10)
+    task, grid = CURVES_TASK, CURVES_GRID
+    runs = two_configurations[0]
     c = runs.curves
     assert len(c["loss"]) == 2 * 2 * 10 and set(c["step"]) == set(range(3, 31, 3))
     for name in runs.names:

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from phasejax.theory import SplitProductRule, census_seeds, fixed_point_census, make_params, solve_state_evolution
-from phasejax.theory.solver import BranchInit
+from phasejax.theory import CENSUS_SEEDS, SplitProductRule, census_seeds, fixed_point_census, make_params
 
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
 
@@ -21,18 +20,23 @@ def test_census_finds_the_positional_and_the_m_zero_fixed_points(census):
     m = np.asarray(r.m)[:, 0, 0]
     assert int(census.n_distinct) == int(d.sum()) >= 2
     assert np.any(d & (m > 0.1)) and np.any(d & (np.abs(m) < 1e-3))
-    # every distinct one is a fixed point: a solve started there ends where it started
+    # every distinct one is a fixed point: solves started there end where they started. They are the census's
+    # own cold solves (both methods), seeded with the distinct points, repeated to the census's four seeds: the
+    # same compiled call as the fixture's.
     p = make_params(0.6, 0.0)
-    for i in np.flatnonzero(d):
-        ov = type(r.overlaps)(*(np.asarray(getattr(r.overlaps, k))[i] for k in ("q0", "m", "V0", "theta0")))
-        init = BranchInit(overlaps=ov, hold_m=np.asarray(False), hold_theta=np.asarray(True))
-        again = solve_state_evolution(p, init, SMALL)
-        assert again.status_name == "converged"
-        # (the cold solve re-orients the rule at its start, so the two agree within the quadrature errors)
+    s2 = float(np.mean(np.asarray(p.sigma) ** 2))           # census seeds are per-token: overlaps times s2
+    ov = {k: np.asarray(getattr(r.overlaps, k))[:, 0, 0] for k in ("q0", "m", "V0", "theta0")}
+    found = np.flatnonzero(d)
+    picks = np.resize(found, len(CENSUS_SEEDS["positional"]))
+    seeds = [(s2 * ov["q0"][i], ov["m"][i], s2 * ov["V0"][i], s2 * ov["theta0"][i]) for i in picks]
+    again = fixed_point_census(p, "positional", seeds=seeds, quadrature=SMALL).results
+    for lane, i in enumerate(np.concatenate([picks, picks])):          # pseudo-transient, then plain Newton
+        assert bool(again.converged[lane]), (lane, i)
+        # (a cold solve re-orients the rule at its start, so the two agree within the quadrature errors)
         for key in ("q", "m", "V"):
-            dev = np.abs(np.ravel(getattr(again, key)) - np.ravel(getattr(r, key)[i]))
-            tol = np.ravel(getattr(again, key + "_err")) + np.ravel(getattr(r, key + "_err")[i]) + 1e-6
-            assert np.all(dev <= tol), (key, dev, tol)
+            dev = np.abs(np.ravel(getattr(again, key)[lane]) - np.ravel(getattr(r, key)[i]))
+            tol = np.ravel(getattr(again, key + "_err")[lane]) + np.ravel(getattr(r, key + "_err")[i]) + 1e-6
+            assert np.all(dev <= tol), (key, lane, i, dev, tol)
 
 
 def test_branch_is_the_lowest_training_loss_and_duplicates_are_merged(census):

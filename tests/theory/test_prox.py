@@ -46,18 +46,21 @@ def test_newton_reaches_stationarity_under_jit_and_vmap():
     out = jax.jit(jax.vmap(solve))(starts)
     chex.assert_shape(out.h, (16, 2))
     assert bool(jnp.all(out.converged))
-    grads = jax.vmap(jax.grad(objective))(out.h)
+    # gradients and Hessian eigenvalues at the results, in one compiled call (eager op-by-op dispatch is slow)
+    grads, eigs = jax.jit(jax.vmap(lambda h: (jax.grad(objective)(h),
+                                              jnp.linalg.eigvalsh(jax.hessian(objective)(h)))))(out.h)
     assert float(jnp.max(jnp.abs(grads))) < 1e-10
     # each result is a local minimum: the Hessian is positive semi-definite
-    eigs = jax.vmap(lambda h: jnp.linalg.eigvalsh(jax.hessian(objective)(h)))(out.h)
     assert float(eigs.min()) > -1e-10
 
 
 def test_multistart_keeps_the_lowest_objective():
     _, omega, _, _, _, objective = _problem(3, V=30.0)
     starts = jnp.stack([jnp.zeros(2), omega.ravel(), jnp.array([1.5, -1.5]), jnp.array([-1.5, 1.5])])
-    best = moreau_prox(objective, starts)
-    singles = [newton_minimize(objective, s) for s in starts]
+    # compiled once each (eager calls retrace and recompile the while loop for every start)
+    best = jax.jit(lambda st: moreau_prox(objective, st))(starts)
+    single = jax.jit(lambda s: newton_minimize(objective, s))
+    singles = [single(s) for s in starts]
     assert float(best.value) <= min(float(s.value) for s in singles) + 1e-15
     assert int(best.steps) == sum(int(s.steps) for s in singles)
 
@@ -73,8 +76,9 @@ def test_implicit_derivatives_match_finite_differences():
         r = newton_minimize(obj, omega.ravel(), tol=1e-13, max_steps=200)
         return r.h.reshape(2, 1), (r.h.reshape(2, 1) - omega) / 3.0
 
+    prox_f = jax.jit(prox_f)   # one compilation for the nine solves below
     h_hat, f = prox_f(omega, hstar)
-    der = envelope_derivatives(loss, h_hat, omega, V_inv, hstar)
+    der = jax.jit(envelope_derivatives, static_argnums=0)(loss, h_hat, omega, V_inv, hstar)
     np.testing.assert_allclose(der.f, f, atol=1e-12)
     # stationarity: f = -grad_h loss at the optimum
     np.testing.assert_allclose(der.f, -jax.grad(loss)(h_hat, hstar), atol=1e-10)
@@ -99,12 +103,19 @@ def _theta(seed, V=4.0):
 def test_closed_form_objective_equals_the_generic_one_with_autodiff_derivatives(seed):
     theta = _theta(seed)
     for h in np.random.default_rng(seed + 10).normal(0, 1.5, (5, 2)):
-        h = jnp.asarray(h)
-        value, grad, hess = pair_dot_product_derivatives(h, theta)
-        np.testing.assert_allclose(pair_dot_product_objective(h, theta), moreau_objective(h, theta), rtol=1e-12)
-        np.testing.assert_allclose(value, moreau_objective(h, theta), rtol=1e-12)
-        np.testing.assert_allclose(grad, jax.grad(moreau_objective)(h, theta), atol=1e-12)
-        np.testing.assert_allclose(hess, jax.hessian(moreau_objective)(h, theta), atol=1e-11)
+        (value, grad, hess), closed, generic, generic_grad, generic_hess = _both_objectives(jnp.asarray(h), theta)
+        np.testing.assert_allclose(closed, generic, rtol=1e-12)
+        np.testing.assert_allclose(value, generic, rtol=1e-12)
+        np.testing.assert_allclose(grad, generic_grad, atol=1e-12)
+        np.testing.assert_allclose(hess, generic_hess, atol=1e-11)
+
+
+@jax.jit
+def _both_objectives(h, theta):
+    """The closed form's (value, gradient, Hessian) and value, the generic objective's value and autodiff
+    derivatives (one compiled call for every seed and point)."""
+    return (pair_dot_product_derivatives(h, theta), pair_dot_product_objective(h, theta), moreau_objective(h, theta),
+            jax.grad(moreau_objective)(h, theta), jax.hessian(moreau_objective)(h, theta))
 
 
 def test_moreau_minimiser_derivative_is_the_implicit_one():
@@ -116,7 +127,8 @@ def test_moreau_minimiser_derivative_is_the_implicit_one():
         return moreau_minimiser(pair_dot_product_objective, (om, T, V_inv, params), starts, n_steps=40,
                                 derivatives=pair_dot_product_derivatives)[0]
 
-    jac = jax.jacfwd(h_hat)(omega)
+    h_hat = jax.jit(h_hat)      # one compilation for the five evaluations below
+    jac = jax.jit(jax.jacfwd(h_hat))(omega)
     eps = 1e-6
     for l in range(2):
         e = jnp.zeros((2, 1)).at[l, 0].set(eps)

@@ -52,6 +52,7 @@ def test_gauss_hermite_rejects_bad_arguments(kwargs):
 
 # --- the adapted rules (float64) -------------------------------------------------------------------------------
 
+import jax  # noqa: E402
 from scipy.special import ndtr  # noqa: E402
 
 from phasejax import float64_scope  # noqa: E402
@@ -81,7 +82,7 @@ def test_split_rule_integrates_a_step_across_its_switch_plane_exactly(x64):
     K = rule.n_smooth * rule.n_eta
     angle = 0.7
     normal = jnp.tile(jnp.array([np.cos(angle), np.sin(angle)]), (K, 1))
-    q = rule.rule(ov, params, frame=normal)
+    q = jax.jit(lambda ov, params, normal: rule.rule(ov, params, frame=normal))(ov, params, normal)
     assert q.size == rule.size
     z = np.asarray(q.points)
     xi0 = np.asarray(SplitProductRule._pivot(ov, params))
@@ -98,8 +99,8 @@ def test_split_rule_on_smooth_integrands_and_its_replicas(x64):
     """Smooth integrands: the main rule is accurate, and the replicas' spread covers its actual error."""
     params, ov = make_params(2.0, 0.3), _overlaps()
     rule = SplitProductRule(n_replicas=4)
-    q = rule.main(ov, params)
-    rq, W = rule.replicas(ov, params)
+    # one compiled call (eager op-by-op dispatch of the rule's construction is slow)
+    q, (rq, W) = jax.jit(lambda ov, params: (rule.main(ov, params), rule.replicas(ov, params)))(ov, params)
     W = np.asarray(W)
     assert W.shape == (4, 4 * rule.size)
     np.testing.assert_allclose(W.sum(1), 1.0, atol=1e-10)

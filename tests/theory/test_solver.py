@@ -78,13 +78,18 @@ def test_semantic_is_the_global_minimum_at_alpha_2(check_point):
     assert float(check_point["semantic"].train_loss) < float(check_point["positional"].train_loss)
 
 
-def test_batch_equals_single():
+# The fixed rule is the one of test_continuation_equals_a_cold_start (its single solves share one compilation);
+# the adaptive rule's batch (a two-stage solve per lane) is checked too, in the slow run.
+@pytest.mark.parametrize("rule", [pytest.param(gauss_hermite(4, 8), id="fixed"),
+                                  pytest.param(SMALL, id="adaptive", marks=pytest.mark.slow)])
+def test_batch_equals_single(rule):
     alphas, omegas = np.array([0.8, 1.6]), np.array([0.2, 0.5])
     inits = stack_inits([branch_init("semantic", PAPER), branch_init("positional", PAPER)])
-    batch = solve_state_evolution_batch(PAPER, alphas, omegas, inits, SMALL, batched_init=True)
+    batch = solve_state_evolution_batch(PAPER, alphas, omegas, inits, rule, batched_init=True)
     for i, branch in enumerate(["semantic", "positional"]):
-        p = PAPER.replace(alpha=jnp.asarray(alphas[i]), omega=jnp.asarray(omegas[i]))
-        single = solve_state_evolution(p, branch, SMALL)
+        with float64_scope():   # float64 like PAPER's fields: the same point as the batch's
+            p = PAPER.replace(alpha=jnp.asarray(alphas[i]), omega=jnp.asarray(omegas[i]))
+        single = solve_state_evolution(p, branch, rule)
         assert single.status_name == "converged" and int(batch.status[i]) == Status.CONVERGED
         assert int(single.iterations) == int(batch.iterations[i])
         for key in ("q", "m", "V", "theta", "train_loss", "test_error"):
@@ -101,7 +106,9 @@ def test_continuation_equals_a_cold_start():
     row = solve_along_alpha(PAPER, alphas, "positional", rule)
     assert np.all(np.asarray(row.converged))
     for i, a in enumerate(alphas):
-        cold = solve_state_evolution(PAPER.replace(alpha=jnp.asarray(a)), "positional", rule)
+        with float64_scope():   # the row's float64 alphas (and the compilation of test_batch_equals_single[fixed])
+            p = PAPER.replace(alpha=jnp.asarray(a))
+        cold = solve_state_evolution(p, "positional", rule)
         for key in ("q", "m", "V", "train_loss"):
             np.testing.assert_allclose(np.ravel(getattr(row, key)[i]), np.ravel(getattr(cold, key)), rtol=1e-5,
                                        err_msg=key)
@@ -172,10 +179,16 @@ def test_bad_grids_and_inits_are_rejected_before_compute():
         solve_state_evolution(PAPER, "semantic", gauss_hermite(3, 4))
 
 
+@jax.jit
+def _capped_solve(alpha):
+    """A solve at a traced alpha with a cap of 2 iterations (one compilation for the two tests below; they check
+    no error bars, so none are estimated: a smaller program)."""
+    return solve_state_evolution(PAPER.replace(alpha=alpha), "semantic", SMALL, SEConfig(max_iter=2, errors=False))
+
+
 def test_traced_invalid_input_is_reported_not_raised():
     with float64_scope():
-        res = jax.jit(lambda a: solve_state_evolution(PAPER.replace(alpha=a), "semantic", SMALL,
-                                                      SEConfig(max_iter=3)))(jnp.asarray(-1.0))
+        res = _capped_solve(jnp.asarray(-1.0))
     assert int(res.status) == Status.INVALID_INPUT and not bool(res.converged)
     assert np.isnan(float(res.test_error)) and np.isnan(float(res.train_loss))
 
@@ -183,13 +196,14 @@ def test_traced_invalid_input_is_reported_not_raised():
 def test_an_invalid_init_is_reported():
     # theta0^2 > q0 violates I - theta0 q0^{-1} theta0^T >= 0
     init = branch_init("semantic", PAPER, q0=0.5, theta0=1.0)
-    res = solve_state_evolution(PAPER, init, SMALL)
+    res = solve_state_evolution(PAPER, init)      # the default rule: the compilation of check_point
     assert int(res.status) == Status.INVALID_ITERATE and not bool(res.converged)
     assert np.isnan(float(res.train_loss)) and np.isnan(float(res.test_error))
 
 
 def test_iteration_cap_is_reported():
-    res = solve_state_evolution(PAPER, "semantic", SMALL, SEConfig(max_iter=2))
+    with float64_scope():
+        res = _capped_solve(jnp.asarray(2.0))
     assert int(res.status) == Status.MAX_ITERATIONS and res.status_name == "max_iterations"
     # a cold solve with the adaptive rule has two stages (orient, solve; re-orient, solve), each capped
     assert 2 <= int(res.iterations) <= 4 and float(res.residual) > SEConfig().tol
