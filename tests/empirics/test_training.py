@@ -210,46 +210,62 @@ GRID = TrainingGrid(alphas=(0.5, 1.5), omegas=(0.2, 0.6), seeds=(0, 3), inits=("
                     d=30)
 
 
-def test_vmapped_sweep_equals_runs_one_by_one_and_resumes(tmp_path):
+@pytest.fixture(scope="module")
+def grid_runs():
+    """The float64 sweep of GRID (one compiled sweep for the two tests below)."""
+    return train_students(GRID, PAPER, dtype=jnp.float64, quadrature_order=4,
+                          options=RunOptions(chunk_size=8, **QUIET)).runs
+
+
+# resuming a killed sweep compiles it a second time; the generic resume is tested in tests/test_sweep.py
+@pytest.mark.parametrize("killed", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_vmapped_sweep_equals_runs_one_by_one_and_resumes(grid_runs, tmp_path, killed):
     with float64_scope():
         one = jax.jit(make_run_fn(GRID, PAPER, dtype=jnp.float64, quadrature_order=4))
         tasks = GRID.tasks()
         rows = [one(tasks["seed"][k], tasks["alpha"][k], tasks["omega"][k], tasks["init"][k], n=tasks["n"][k])
                 for k in range(len(tasks["alpha"]))]
     loop = {key: np.array([r[key] for r in rows]) for key in rows[0]}
-    options = RunOptions(run_dir=str(tmp_path), chunk_size=8, **QUIET)
-    kw = dict(dtype=jnp.float64, quadrature_order=4)
-    assert train_students(GRID, PAPER, options=options.replace(max_chunks=2), **kw) is None
-    swept = train_students(GRID, PAPER, options=options, **kw).runs
+    swept = grid_runs
+    if killed:
+        options = RunOptions(run_dir=str(tmp_path), chunk_size=8, **QUIET)
+        kw = dict(dtype=jnp.float64, quadrature_order=4)
+        assert train_students(GRID, PAPER, options=options.replace(max_chunks=2), **kw) is None
+        swept = train_students(GRID, PAPER, options=options, **kw).runs
     for key in loop:
         np.testing.assert_allclose(swept[key], loop[key], rtol=1e-8, atol=1e-10, err_msg=key)
     assert np.all(swept["converged"])
     assert not x64_enabled()
 
 
-def test_the_sweep_trains_on_generate_data_of_the_run_key():
+def test_the_sweep_trains_on_generate_data_of_the_run_key(grid_runs):
     """Same seed, same data: a hand-made run on `generate_data(run_keys(seed)["data"], ...)` is the sweep's run."""
-    grid = TrainingGrid(alphas=(1.2,), omegas=(0.4,), seeds=(7,), inits=("semantic",), d=50)
-    swept = train_students(grid, PAPER, dtype=jnp.float64, quadrature_order=4, options=RunOptions(**QUIET)).runs
-    params = make_params(1.2, 0.4)
-    n = grid.tasks()["n"][0]
+    tasks = GRID.tasks()
+    i = int(np.flatnonzero((tasks["seed"] == 3) & (tasks["alpha"] == 1.5) & (tasks["omega"] == 0.6)
+                           & (tasks["init"] == GRID.inits.index("semantic")))[0])
+    params, d, n = make_params(1.5, 0.6), GRID.d, tasks["n"][i]
     with float64_scope():
-        data = generate_data(run_keys(7)["data"], params, 50, n, dtype=jnp.float64)
+        data = generate_data(run_keys(3)["data"], params, d, n, dtype=jnp.float64)
         model, res = train_student(TiedAttention(semantic_init(data.Qstar, 1)), data, params.lam)
         ov = overlaps_of(model.Q[...], data)
-    np.testing.assert_allclose(swept["theta"][0], 0.25 * float(ov["theta0"][0, 0]), rtol=1e-6)
-    np.testing.assert_allclose(swept["m"][0], float(ov["m"][0, 0]), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(swept["train_loss"][0], float(res.loss) / 50, rtol=1e-8)
+    np.testing.assert_allclose(grid_runs["theta"][i], 0.25 * float(ov["theta0"][0, 0]), rtol=1e-6)
+    np.testing.assert_allclose(grid_runs["m"][i], float(ov["m"][0, 0]), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(grid_runs["train_loss"][i], float(res.loss) / d, rtol=1e-8)
 
 
-def test_float32_sweep_reaches_the_float64_minimisers():
+@pytest.fixture(scope="module")
+def precision_runs():
+    """A float32 and a float64 sweep of one small grid (the float32 one is also the write/load test's)."""
     grid = TrainingGrid(alphas=(0.5, 2.0), omegas=(0.3,), seeds=(0, 1), d=60)
     # the converged runs take at most ~40 L-BFGS steps; a stalled float32 run sits where it stalled, so a cap of
     # 300 (not the default 5000, which the vmapped sweep would wait for) changes no result
     config = TrainConfig(max_steps=300)
-    runs = {dt: train_students(grid, PAPER, dtype=dt, quadrature_order=4, config=config,
-                               options=RunOptions(**QUIET)).runs
+    return {dt: train_students(grid, PAPER, dtype=dt, quadrature_order=4, config=config, options=RunOptions(**QUIET))
             for dt in (jnp.float32, jnp.float64)}
+
+
+def test_float32_sweep_reaches_the_float64_minimisers(precision_runs):
+    runs = {dt: r.runs for dt, r in precision_runs.items()}
     assert runs[jnp.float64]["converged"].all()
     # float32 L-BFGS can stall just above the 1e-6 RMS-gradient tolerance (its line search runs out of
     # resolution); such a run must still sit at the minimiser: gradient within 10x the tolerance
@@ -281,9 +297,8 @@ def test_other_students_train_in_the_sweep(student):
         np.testing.assert_allclose(runs["test_error_theory"], linear_baseline_error(PAPER, quad))
 
 
-def test_training_runs_write_and_load_back_equal(tmp_path):
-    grid = TrainingGrid(alphas=(1.0,), omegas=(0.3,), seeds=(0, 1), inits="semantic", d=20)
-    runs = train_students(grid, PAPER, quadrature_order=3, options=RunOptions(**QUIET))
+def test_training_runs_write_and_load_back_equal(precision_runs, tmp_path):
+    runs = precision_runs[jnp.float32]
     paths = runs.write(str(tmp_path))
     assert sorted(p.rsplit("/", 1)[1] for p in paths) == ["runs.csv", "training.json"]
     for loaded in (TrainingRuns.load(str(tmp_path)), TrainingRuns.from_csv(str(tmp_path / "runs.csv"))):

@@ -114,7 +114,7 @@ def test_eight_forced_host_devices_equal_one_device(tmp_path, on_host_devices):
         import numpy as np, jax
         from phasejax.phase import PhaseGrid, phase_diagram
         from phasejax.sweep import RunOptions
-        from phasejax.theory import SEConfig, SplitProductRule, make_params
+        from phasejax.theory import SplitProductRule, make_params
         assert len(jax.devices()) == 8, jax.devices()
         grid = PhaseGrid.from_ranges([1.0, 1.5], [0.1, 0.3])
         rule = SplitProductRule(n_smooth=3, eta_step=1.2, n_piece=6, n_replicas=2)
