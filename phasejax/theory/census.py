@@ -14,7 +14,6 @@ lowest-`e_t` converged fixed point.
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -108,9 +107,11 @@ def dedupe(results: SEResult, rtol: float = 1e-4) -> tuple[Array, Array]:
 
 
 def _census(params, inits: BranchInit, scheme, config: SEConfig, newton_too: bool):
-    configs = [config] + ([dataclasses.replace(config, kappa=0.0)] if newton_too else [])
-    parts = [jax.vmap(lambda i, c=c: solve_jit(params, i, scheme, c)[0])(inits) for c in configs]
-    results = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts) if len(parts) > 1 else parts[0]
+    # pseudo-transient (config.kappa) lanes, then plain Newton (kappa = 0) lanes: one vmapped solve, kappa traced
+    n = jax.tree_util.tree_leaves(inits.overlaps)[0].shape[0]
+    kappas = [jnp.full((n,), config.kappa)] + ([jnp.zeros((n,))] if newton_too else [])
+    inits = jax.tree_util.tree_map(lambda x: jnp.concatenate([x] * len(kappas)), inits)
+    results = jax.vmap(lambda i, k: solve_jit(params, i, scheme, config, kappa=k)[0])(inits, jnp.concatenate(kappas))
     distinct, branch = dedupe(results)
     return FixedPointCensus(results=results, distinct=distinct, branch_index=branch, n_distinct=jnp.sum(distinct))
 

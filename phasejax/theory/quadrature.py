@@ -210,6 +210,7 @@ class SplitProductRule:
 
     dim = 4
     shares_main_nodes = False
+    adaptive = True          # oriented at the overlaps (`frame`): a cold solve takes two stages
 
     def __post_init__(self):
         for name in ("n_smooth", "n_piece", "n_replicas"):
@@ -348,6 +349,7 @@ class SobolRule:
     seed: int = struct.field(pytree_node=False, default=0)
 
     shares_main_nodes = True
+    adaptive = False
 
     @classmethod
     def create(cls, dim: int, log2_n: int = 12, n_replicas: int = 4, seed: int = 0) -> "SobolRule":
@@ -387,6 +389,7 @@ class FixedRule:
     quadrature: Quadrature
 
     shares_main_nodes = True
+    adaptive = False
     n_replicas = 0
 
     @property

@@ -291,6 +291,7 @@ class NewtonSE:
     init_branch: BranchInit
     config: SEConfig
     frame: object = None
+    kappa: object = None     # a traced override of `config.kappa` (one compiled solve serves several kappas)
 
     def _unravel(self):
         return ravel_pytree(self.init_branch.overlaps)[1]
@@ -355,7 +356,8 @@ class NewtonSE:
         base_x = jnp.where(accept, x, state.x_eval)
         base_F = jnp.where(accept, ev.Fx, state.ev.Fx)
         base_J = jnp.where(accept, J, state.jac)
-        x_next = self._propose(base_x, base_F, base_J, free, cfg.kappa * res_base + mu)
+        kappa = cfg.kappa if self.kappa is None else self.kappa
+        x_next = self._propose(base_x, base_F, base_J, free, kappa * res_base + mu)
         never_ok = first & ~ok
         status = jnp.where(never_ok, Status.INVALID_ITERATE, jnp.where(done, Status.CONVERGED, Status.RUNNING))
         # an invalid or non-finite trial point counts as rejected; the first one ends the solve
@@ -380,10 +382,11 @@ class NewtonSE:
 
 
 def run_newton(params: TiedAttentionParams, scheme, init: BranchInit, config: SEConfig,
-               warm: Array | None = None, frame=None, max_iter=None) -> SEState:
+               warm: Array | None = None, frame=None, max_iter=None, kappa=None) -> SEState:
     """Iterate `NewtonSE` from `init` (and optional node warm starts `warm (N, L r)`) to a final state, at most
-    `max_iter` iterations (default `config.max_iter`; may be traced)."""
-    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame)
+    `max_iter` iterations (default `config.max_iter`; may be traced), with `kappa` (default `config.kappa`;
+    may be traced)."""
+    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame, kappa=kappa)
     out = iterate(solver, solver.init(warm), max_steps=config.max_iter if max_iter is None else max_iter)
     state = out.state
     return state._replace(status=jnp.where(state.status == Status.RUNNING, out.status, state.status))
@@ -464,29 +467,86 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
                     prox_unconverged=ev.prox_unconverged, sigma=params.sigma, errors=errors)
 
 
-def _solve(params, init, scheme, config, warm=None, frame=None, max_iter=None):
+def _solve_oriented(params, init, scheme, config, warm, frame, max_iter=None, kappa=None):
+    """One Newton solve with the rule's orientation `frame` fixed, plus postprocessing: `(SEResult, warm)`."""
+    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame, kappa=kappa)
+    state = run_newton(params, scheme, init, config, warm, frame, max_iter, kappa)
+    return postprocess(solver, state), state.warm
+
+
+def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, kappa=None):
+    """Continuation along `alphas (A,)` with a cold start at `alphas[0]`: `(results (A,), final warm, final frame)`.
+
+    Each solve starts from the previous fixed point (secant-extrapolated), its node minimisers and its
+    quadrature orientation; a failed solve is reported and the next one restarts from the last success.
+    The cold first point of an adaptive rule takes two stages: solve with the rule oriented at `init`,
+    re-orient at that solution and solve again from there (the returned fixed point is that of the rule
+    oriented at it; its `iterations` count both stages). Both stages are steps of the one `lax.scan`, so
+    the Newton loop and the postprocessing are traced and compiled once, however long the row.
+    """
+    x0, unravel = ravel_pytree(init.overlaps)
+    p0 = params.replace(alpha=alphas[0])
+    frame0 = scheme.frame(init.overlaps, p0)
+    warm0 = initial_warm(p0, scheme, init.overlaps, frame0)
+    two_stage = frame0 is not None
+    seq = jnp.concatenate([alphas[:1], alphas]) if two_stage else alphas
+    second = jnp.arange(seq.shape[0]) == (1 if two_stage else -1)        # the re-oriented second stage
+    first = jnp.arange(seq.shape[0]) == 0
+
+    def body(carry, inp):
+        x_last, x_prev, a_last, a_prev, n_ok, warm, frame, it_before = carry
+        alpha, is_first, is_second = inp
+        slope = jnp.where(n_ok >= 2, (x_last - x_prev) / jnp.where(a_last != a_prev, a_last - a_prev, 1.0), 0.0)
+        guess = x_last + slope * (alpha - a_last)
+        p = params.replace(alpha=alpha)
+        valid = field_maps(unravel(guess), p).valid
+        guess = jnp.where(valid, guess, x_last)
+        # a warm start gets `max_iter_warm` iterations; a cold start (both stages) and a restart before any
+        # success get `max_iter`
+        cap = jnp.where((n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
+        state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, warm, frame, cap, kappa)
+        state = state._replace(it=(state.it + it_before).astype(state.it.dtype))
+        ok = state.status == Status.CONVERGED
+        x_new = state.x_eval
+        frame_new = scheme.frame(unravel(x_new), p)      # oriented at this solution, for the next point
+        x_last1 = jnp.where(ok, x_new, x_last)
+        # after the second stage the row starts afresh from the cold solution (no secant across the stages)
+        x_prev1 = jnp.where(is_second, x_last1, jnp.where(ok, x_last, x_prev))
+        a_last1 = jnp.where(ok, alpha, a_last)
+        a_prev1 = jnp.where(is_second, a_last1, jnp.where(ok, a_last, a_prev))
+        n_ok1 = jnp.where(is_second, jnp.minimum(n_ok + ok, 1), n_ok + ok).astype(n_ok.dtype)
+        carry = (x_last1, x_prev1, a_last1, a_prev1, n_ok1, jnp.where(ok, state.warm, warm),
+                 jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, frame),
+                 jnp.where(is_first & two_stage, state.it, 0).astype(it_before.dtype))
+        return carry, (state, frame)
+
+    a0 = alphas[0]
+    carry0 = (x0, x0, a0, a0, jnp.asarray(0, jnp.int32), warm0, frame0, jnp.asarray(0))
+    carry, (states, frames) = jax.lax.scan(body, carry0, (seq, first, second))
+    if two_stage:   # the first stage's solve is only the start of the second
+        states, frames, seq = jax.tree_util.tree_map(lambda a: a[1:], (states, frames, seq))
+
+    def post(state, alpha, frame):     # traced once, vmapped over the row
+        p = params.replace(alpha=alpha)
+        return postprocess(NewtonSE(params=p, scheme=scheme, init_branch=init, config=config, frame=frame,
+                                    kappa=kappa), state)
+
+    return jax.vmap(post)(states, seq, frames), carry[5], carry[6]
+
+
+def _solve(params, init, scheme, config, warm=None, frame=None, max_iter=None, kappa=None):
     """Jittable core: Newton solve plus postprocessing. Returns `(SEResult, final node minimisers, frame)`.
 
-    The scheme's orientation (`frame`) is fixed during a Newton solve. Without a given frame, it is computed at
-    `init`, the state is solved, the frame is recomputed at that solution and the state solved again from there
-    (a few iterations): the returned fixed point is that of the rule oriented at it.
+    With a given `frame` (and `warm`), one solve with the rule so oriented. Without one, a cold solve
+    (`_continuation` on the one point: for an adaptive rule, two stages in one compiled loop).
     """
-    frame0 = scheme.frame(init.overlaps, params) if frame is None else None
-    if frame0 is not None:     # an adaptive rule without a given orientation: two stages
-        state = run_newton(params, scheme, init, config, warm, frame0)
-        ok = state.status == Status.CONVERGED
-        unravel = ravel_pytree(init.overlaps)[1]
-        x1 = jnp.where(ok, state.x_eval, ravel_pytree(init.overlaps)[0])
-        init = init._replace(overlaps=unravel(x1))
-        frame = scheme.frame(init.overlaps, params)
-        warm = jnp.where(ok, state.warm, initial_warm(params, scheme, init.overlaps, frame))
-        iters0 = state.it
-    else:
-        iters0 = 0
-    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame)
-    state = run_newton(params, scheme, init, config, warm, frame, max_iter)
-    state = state._replace(it=state.it + iters0)
-    return postprocess(solver, state), state.warm, frame
+    if frame is not None or not getattr(scheme, "adaptive", False):
+        if warm is None:
+            warm = initial_warm(params, scheme, init.overlaps, frame)
+        res, warm = _solve_oriented(params, init, scheme, config, warm, frame, max_iter, kappa)
+        return res, warm, frame
+    results, warm, frame = _continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, kappa)
+    return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
 
 
 solve_jit = jax.jit(_solve, static_argnames=("config",))
@@ -503,39 +563,8 @@ def initial_warm(params: TiedAttentionParams, scheme, ov: Overlaps, frame=None) 
 
 
 def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig):
-    """Continuation along `alphas (A,)`: each solve starts from the previous fixed point (secant-extrapolated),
-    its node minimisers and its quadrature orientation. A failed solve is reported and the next one restarts
-    from the last success. The first point is solved cold (two stages, see `_solve`)."""
-    x0, unravel = ravel_pytree(init.overlaps)
-    p0 = params.replace(alpha=alphas[0])
-    res0, warm0, _ = _solve(p0, init, scheme, config)
-    ok0 = res0.converged
-    x_first = jnp.where(ok0, ravel_pytree(res0.overlaps)[0], x0)
-    frame0 = scheme.frame(unravel(x_first), p0)
-    warm0 = jnp.where(ok0, warm0, initial_warm(p0, scheme, init.overlaps, frame0))
-
-    def body(carry, alpha):
-        x_last, x_prev, a_last, a_prev, n_ok, warm, frame = carry
-        slope = jnp.where(n_ok >= 2, (x_last - x_prev) / jnp.where(a_last != a_prev, a_last - a_prev, 1.0), 0.0)
-        guess = x_last + slope * (alpha - a_last)
-        p = params.replace(alpha=alpha)
-        valid = field_maps(unravel(guess), p).valid
-        guess = jnp.where(valid, guess, x_last)
-        # a warm start gets `max_iter_warm` iterations; before any success the restart is cold (`max_iter`)
-        cap = jnp.where(n_ok > 0, config.max_iter_warm, config.max_iter)
-        res, warm_new, _ = _solve(p, init._replace(overlaps=unravel(guess)), scheme, config, warm, frame, cap)
-        ok = res.converged
-        x_new = ravel_pytree(res.overlaps)[0]
-        frame_new = scheme.frame(res.overlaps, p)      # oriented at this solution, for the next point
-        carry = (jnp.where(ok, x_new, x_last), jnp.where(ok, x_last, x_prev), jnp.where(ok, alpha, a_last),
-                 jnp.where(ok, a_last, a_prev), n_ok + ok.astype(n_ok.dtype), jnp.where(ok, warm_new, warm),
-                 jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, frame))
-        return carry, res
-
-    a0 = alphas[0]
-    carry0 = (x_first, x_first, a0, a0, ok0.astype(jnp.int32), warm0, frame0)
-    _, results = jax.lax.scan(body, carry0, alphas[1:])
-    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res0, results)
+    """Continuation along `alphas (A,)` (`_continuation`); results carry a leading `(A,)` axis."""
+    return _continuation(params, alphas, init, scheme, config)[0]
 
 
 solve_row_jit = jax.jit(_solve_row, static_argnames=("config",))
