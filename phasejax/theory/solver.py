@@ -640,26 +640,50 @@ def _check_grid(alpha, omega):
     return alpha, omega
 
 
+def _lanes(batch_size, n: int):
+    """The number of points solved side by side (vmapped) in a batch: `"auto"` is 1 on a CPU (the points
+    of a vmapped while loop all run until the slowest is done, and a CPU gains nothing from solving them
+    side by side) and all `n` on an accelerator (where side by side is parallel)."""
+    if batch_size == "auto":
+        return 1 if jax.default_backend() == "cpu" else n
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer or 'auto', got batch_size={batch_size!r}")
+    return min(int(batch_size), n)
+
+
 @uses_float64
 def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init: BranchInit | str = "semantic",
-                                quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False) -> SEResult:
-    """Solve at `N` points `(alpha[i], omega[i])` in one vmapped, jitted call (results carry a leading `(N,)` axis).
+                                quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False,
+                                batch_size: int | str = "auto") -> SEResult:
+    """Solve at `N` points `(alpha[i], omega[i])` in one call (results carry a leading `(N,)` axis).
 
     `init` is shared by all points, or with `batched_init=True` a `BranchInit` with a leading `(N,)` axis
-    (`stack_inits`). Every point gets the same work per iteration and the loop runs until the slowest
-    point is done; `solve_along_alpha` (continuation) is much cheaper along a line of `alpha`.
+    (`stack_inits`). The points go through `jax.lax.map` in groups of `batch_size` vmapped points: within
+    a group every point gets the same work per iteration and the loop runs until the group's slowest point
+    is done, so a group costs its slowest point. `"auto"`: one point at a time on a CPU (a batch then costs
+    the sum of its solves, no more), all `N` side by side on an accelerator. `solve_along_alpha`
+    (continuation) is much cheaper along a line of `alpha`.
     """
     alpha, omega = _check_grid(alpha, omega)
     validate_params(params.replace(alpha=alpha, omega=omega))
     scheme = resolve_scheme(quadrature, params)
+    lanes = _lanes(batch_size, alpha.shape[0])
     if batched_init:
         if not isinstance(init, BranchInit) or init.hold_m.shape != alpha.shape:
             raise ValueError(f"a batched init must be a BranchInit with leading axis {alpha.shape}")
-        init = _as_float64(init)
-        fn = jax.vmap(lambda a, w, i: solve_jit(params.replace(alpha=a, omega=w), i, scheme, config)[0])
-        return fn(alpha, omega, init)
-    init = resolve_init(init, params)
-    return jax.vmap(lambda a, w: solve_jit(params.replace(alpha=a, omega=w), init, scheme, config)[0])(alpha, omega)
+        inits = _as_float64(init)
+    else:
+        one = resolve_init(init, params)
+        inits = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, alpha.shape + jnp.shape(x)), one)
+
+    def solve(point):
+        a, w, i = point
+        return solve_jit(params.replace(alpha=a, omega=w), i, scheme, config)[0]
+
+    points = (alpha, omega, inits)
+    if lanes == alpha.shape[0]:
+        return jax.vmap(solve)(points)
+    return jax.lax.map(solve, points, batch_size=None if lanes == 1 else lanes)   # 1: a plain scan, no vmap
 
 
 def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:

@@ -80,12 +80,15 @@ def test_semantic_is_the_global_minimum_at_alpha_2(check_point):
 
 # The fixed rule is the one of test_continuation_equals_a_cold_start (its single solves share one compilation);
 # the adaptive rule's batch (a two-stage solve per lane) is checked too, in the slow run.
-@pytest.mark.parametrize("rule", [pytest.param(gauss_hermite(4, 8), id="fixed"),
-                                  pytest.param(SMALL, id="adaptive", marks=pytest.mark.slow)])
-def test_batch_equals_single(rule):
+# lanes: 2 = the two points side by side (vmap, the accelerator default), 1 = one after the other (lax.map, the
+# CPU default)
+@pytest.mark.parametrize("rule,lanes", [pytest.param(gauss_hermite(4, 8), 2, id="fixed-vmapped"),
+                                        pytest.param(gauss_hermite(4, 8), 1, id="fixed-mapped"),
+                                        pytest.param(SMALL, 2, id="adaptive", marks=pytest.mark.slow)])
+def test_batch_equals_single(rule, lanes):
     alphas, omegas = np.array([0.8, 1.6]), np.array([0.2, 0.5])
     inits = stack_inits([branch_init("semantic", PAPER), branch_init("positional", PAPER)])
-    batch = solve_state_evolution_batch(PAPER, alphas, omegas, inits, rule, batched_init=True)
+    batch = solve_state_evolution_batch(PAPER, alphas, omegas, inits, rule, batched_init=True, batch_size=lanes)
     for i, branch in enumerate(["semantic", "positional"]):
         with float64_scope():   # float64 like PAPER's fields: the same point as the batch's
             p = PAPER.replace(alpha=jnp.asarray(alphas[i]), omega=jnp.asarray(omegas[i]))
@@ -106,7 +109,7 @@ def test_continuation_equals_a_cold_start():
     row = solve_along_alpha(PAPER, alphas, "positional", rule)
     assert np.all(np.asarray(row.converged))
     for i, a in enumerate(alphas):
-        with float64_scope():   # the row's float64 alphas (and the compilation of test_batch_equals_single[fixed])
+        with float64_scope():   # the row's float64 alphas (and the compilation of test_batch_equals_single[fixed-mapped])
             p = PAPER.replace(alpha=jnp.asarray(a))
         cold = solve_state_evolution(p, "positional", rule)
         for key in ("q", "m", "V", "train_loss"):
@@ -172,6 +175,9 @@ def test_bad_grids_and_inits_are_rejected_before_compute():
         solve_state_evolution_batch(PAPER, [1.0, 2.0], [0.3], "semantic", SMALL)
     with pytest.raises(ValueError, match="branch"):
         solve_state_evolution(PAPER, "sideways", SMALL)
+    for bad in (0, 1.5, True, "all"):
+        with pytest.raises(ValueError, match="batch_size"):
+            solve_state_evolution_batch(PAPER, [1.0, 2.0], [0.3, 0.3], "semantic", SMALL, batch_size=bad)
     with pytest.raises(ValueError, match="monotone"):
         solve_along_alpha(PAPER, [1.0, 2.0, 1.5], "semantic", SMALL)
     with pytest.raises(ValueError, match="dimension"):
