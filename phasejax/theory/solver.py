@@ -534,17 +534,15 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
     return jax.vmap(post)(states, seq, frames), carry[5], carry[6]
 
 
-def _solve(params, init, scheme, config, warm=None, frame=None, max_iter=None, kappa=None):
-    """Jittable core: Newton solve plus postprocessing. Returns `(SEResult, final node minimisers, frame)`.
-
-    With a given `frame` (and `warm`), one solve with the rule so oriented. Without one, a cold solve
-    (`_continuation` on the one point: for an adaptive rule, two stages in one compiled loop).
+def _solve(params, init, scheme, config, kappa=None):
+    """Jittable core of a cold solve: Newton solve plus postprocessing. Returns `(SEResult, final node
+    minimisers, frame)`. A rule without an orientation takes one solve; an adaptive one takes two stages in
+    one compiled loop (`_continuation` on the one point).
     """
-    if frame is not None or not getattr(scheme, "adaptive", False):
-        if warm is None:
-            warm = initial_warm(params, scheme, init.overlaps, frame)
-        res, warm = _solve_oriented(params, init, scheme, config, warm, frame, max_iter, kappa)
-        return res, warm, frame
+    if not getattr(scheme, "adaptive", False):
+        warm = initial_warm(params, scheme, init.overlaps)
+        res, warm = _solve_oriented(params, init, scheme, config, warm, None, kappa=kappa)
+        return res, warm, None
     results, warm, frame = _continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, kappa)
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
 
