@@ -1,11 +1,45 @@
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One JAX persistent compilation cache per test session, shared by the xdist workers and by the subprocesses the
+# tests start (they inherit the environment): a program compiled in one process (the default state-evolution
+# solve of test_solver, say) is loaded by the next (test_error_coverage, the `phasejax solve` of test_scripts)
+# instead of compiled again. A fresh, empty directory each session: nothing carries over between runs, so a
+# session takes what it takes on a fresh machine. The controller (the first process to import this file)
+# makes it and removes it; PHASEJAX_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR set by the
+# user is used as it is.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("PHASEJAX_TEST_COMPILE_CACHE", "1") != "0":
+    _OWN_CACHE = tempfile.mkdtemp(prefix="phasejax-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+# The longest files start first, so that no worker is left alone with one at the end (pytest-xdist's loadfile
+# hands out files in collection order); the files that share compilations with them come after them.
+LONGEST_FIRST = ("tests/theory/test_solver.py", "tests/phase/test_diagram.py", "tests/theory/test_census.py",
+                 "tests/empirics/test_training.py", "tests/tasks/test_induction.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        return rank.get(os.path.relpath(str(item.path), ROOT).replace(os.sep, "/"), len(rank))
+
+    items.sort(key=key)        # stable: the other files and every file's tests keep their order
 
 
 def run_on_host_devices(code: str, n_devices: int = 8, timeout: int = 600) -> str:

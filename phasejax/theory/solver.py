@@ -531,6 +531,9 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         return postprocess(NewtonSE(params=p, scheme=scheme, init_branch=init, config=config, frame=frame,
                                     kappa=kappa), state)
 
+    if seq.shape[0] == 1:     # one point (a cold solve): no vmap, a smaller program to trace and compile
+        one = post(*jax.tree_util.tree_map(lambda a: a[0], (states, seq, frames)))
+        return jax.tree_util.tree_map(lambda a: a[None], one), carry[5], carry[6]
     return jax.vmap(post)(states, seq, frames), carry[5], carry[6]
 
 

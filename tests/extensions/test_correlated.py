@@ -124,7 +124,9 @@ def test_mixture_map_reduces_to_main_map():
         params = correlated_params(0.3).replace(alpha=jnp.asarray(1.5))
         rule = gauss_hermite(4, 5)
         ov = _state()
-        main, hats, env = _main_map(ov, params, rule)
+        main, hats, env = jax.jit(_main_map)(ov, params, rule)
+        mixture_error = jax.jit(mixture_test_error)          # jitted: one compilation, not an op-by-op run
+        main_error = jax.jit(test_error)(ov, params, rule)
         for law in (two_cluster_law(0.9), two_cluster_law(-0.5, 2.0)):
             ev = _mixture_map(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule.points, rule.weights)
             for name in ("q0", "V0", "theta0"):
@@ -133,8 +135,8 @@ def test_mixture_map_reduces_to_main_map():
             np.testing.assert_allclose(ev.overlaps.m[1:], 0.0, atol=1e-12)
             np.testing.assert_allclose(mixture_training_loss(embed_overlaps(ov, jnp.zeros((1, 1))), ev, params),
                                        training_loss(ov, hats, env, params), rtol=1e-7)
-            np.testing.assert_allclose(mixture_test_error(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule),
-                                       test_error(ov, params, rule), rtol=1e-7)
+            np.testing.assert_allclose(mixture_error(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule),
+                                       main_error, rtol=1e-7)
         zero = two_cluster_law(0.7, 0.0)
         ev = _mixture_map(embed_overlaps(ov, jnp.asarray([[0.3]])), params, zero, rule.points, rule.weights)
         np.testing.assert_allclose(ev.overlaps.q0, main.q0, rtol=1e-7)
@@ -153,7 +155,8 @@ def test_cluster_gain_structure():
              for rho in (-1.0, 0.0, 1.0)}
         g_half = float(_cluster_gain(ov, params, two_cluster_law(0.5), rule.points, rule.weights)[0, 0])
         g2 = float(_cluster_gain(ov, params, two_cluster_law(0.0, 2.0), rule.points, rule.weights)[0, 0])
-        warm = node_values(ov, params, rule.points, jnp.zeros((rule.size, 2)), 1, extra_starts=True).h
+        warm = jax.jit(lambda o: node_values(o, params, rule.points, jnp.zeros((rule.size, 2)), 1,   # one compilation,
+                                             extra_starts=True).h)(ov)                            # not op by op
 
         def F(m):
             o = ov.replace(m=m.reshape(1, 1))

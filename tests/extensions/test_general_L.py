@@ -88,6 +88,8 @@ def test_L3_map_is_invariant_under_token_reversal():
     assert np.max(np.abs(np.asarray(other.m) - np.asarray(new.m))) > 1e-6
 
 
+# slow: one more compilation of the L = 3 map (~20 s); the map's invariance test stays in the default run
+@pytest.mark.slow
 def test_L3_map_vmapped_over_alpha_equals_one_by_one():
     with float64_scope():
         p = general_L_params(1.0, 0.3)

@@ -43,6 +43,8 @@ def test_second_A_is_not_token_swap_symmetric_but_mhat_vanishes_at_m_zero():
     assert abs(asym - std) > 1e-3 * abs(std)
 
 
+# slow: one more compilation of the map (~20 s); the batched solver is tested in tests/theory/test_solver.py
+@pytest.mark.slow
 def test_mhat_vmapped_over_states_equals_one_by_one():
     with float64_scope():
         p = second_A_params(1.5, 0.3)

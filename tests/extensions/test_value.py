@@ -65,8 +65,9 @@ def test_gate_zero_run_reaches_the_tied_students_fixed_point():
     params = make_params(1.0, 0.3)
     d, alpha = 40, 1.5
     n = int(round(alpha * d))
-    ours = value_run(0, alpha, 0.3, 1, 0, params=params, d=d, n_max=n, n_test=200)
-    ref = train_run(0, alpha, 0.3, 1, params=params, d=d, n_max=n, n_test=200)
+    # jitted: one compilation each instead of an op-by-op run of the whole L-BFGS loop
+    ours = jax.jit(lambda: value_run(0, alpha, 0.3, 1, 0, params=params, d=d, n_max=n, n_test=200))()
+    ref = jax.jit(lambda: train_run(0, alpha, 0.3, 1, params=params, d=d, n_max=n, n_test=200))()
     assert bool(ours["converged"]) and bool(ref["converged"])
     for k in ("m", "theta", "q", "train_loss"):
         np.testing.assert_allclose(float(ours[k]), float(ref[k]), rtol=2e-3, atol=2e-4, err_msg=k)

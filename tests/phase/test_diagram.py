@@ -7,15 +7,17 @@ import numpy as np
 import pytest
 
 from phasejax.io import read_csv
-from phasejax.phase import PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
+from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.sweep import RunOptions
-from phasejax.theory import SEConfig, SplitProductRule, make_params
+from phasejax.theory import CENSUS_SEEDS, SEConfig, SplitProductRule, make_params
 
 PAPER = make_params(1.0, 0.0)   # sigma = 0.5, lambda = 0.01, standard A
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
 # lower iteration caps than the default (40 cold, 30 warm): the converged solves of this grid need at most 17 and
-# 10, and the solves that end a branch (reported max_iterations either way) stop sooner
-CAPPED = PhaseConfig(se=SEConfig(max_iter=25, max_iter_warm=15))
+# 10, and the solves that end a branch (reported max_iterations either way) stop sooner. One census track per
+# subspace (the default follows two): half the solves; the census itself (several seeds, deduplication, the
+# lowest e_t) is tested in tests/theory/test_census.py
+CAPPED = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES}, se=SEConfig(max_iter=25, max_iter_warm=15))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

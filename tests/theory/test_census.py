@@ -20,6 +20,12 @@ def test_census_finds_the_positional_and_the_m_zero_fixed_points(census):
     m = np.asarray(r.m)[:, 0, 0]
     assert int(census.n_distinct) == int(d.sum()) >= 2
     assert np.any(d & (m > 0.1)) and np.any(d & (np.abs(m) < 1e-3))
+
+
+@pytest.mark.slow       # a second census run (~40 s on the 2-core CPU); the fixture's own checks stay in the default
+def test_every_distinct_point_is_a_fixed_point(census):
+    r = census.results
+    d = np.asarray(census.distinct)
     # every distinct one is a fixed point: solves started there end where they started. They are the census's
     # own cold solves (both methods), seeded with the distinct points, repeated to the census's four seeds: the
     # same compiled call as the fixture's.
