@@ -10,9 +10,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One JAX persistent compilation cache per test session, shared by the xdist workers and by the subprocesses the
-# tests start (they inherit the environment): a program compiled in one process (the default state-evolution
-# solve of test_solver, say) is loaded by the next (test_error_coverage, the `phasejax solve` of test_scripts)
-# instead of compiled again. A fresh, empty directory each session: nothing carries over between runs, so a
+# tests start (they inherit the environment): a program already compiled by another process of the session (the
+# default state-evolution solve, say) is loaded instead of compiled again (XLA compilation only; tracing stays). A fresh, empty directory each session: nothing carries over between runs, so a
 # session takes what it takes on a fresh machine. The controller (the first process to import this file)
 # makes it and removes it; PHASEJAX_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR set by the
 # user is used as it is.
@@ -28,7 +27,7 @@ def pytest_unconfigure(config):
 
 
 # The longest files start first, so that no worker is left alone with one at the end (pytest-xdist's loadfile
-# hands out files in collection order); the files that share compilations with them come after them.
+# hands out files in collection order).
 LONGEST_FIRST = ("tests/theory/test_solver.py", "tests/phase/test_diagram.py", "tests/theory/test_census.py",
                  "tests/empirics/test_training.py", "tests/tasks/test_induction.py")
 

@@ -38,15 +38,18 @@ def _state(m=STATE["m"], theta0=STATE["theta0"]):
 
 
 @jax.jit
+@jax.jit
 def _main_map(ov, params, rule):
     nodes = node_values(ov, params, rule.points, jnp.zeros((rule.size, 2), ov.q0.dtype), 1, extra_starts=True)
     hats = hats_from_nodes(ov, params, nodes, rule.weights)
     return overlap_updates(hats, params), hats, rule.weights @ nodes.envelope
 
 
-# one compilation per function for every law (the law is an array argument)
+# one compilation per function for every law (the law is an array argument), not an op-by-op run
 _mixture_map = jax.jit(mixture_map)
 _cluster_gain = jax.jit(cluster_gain)
+_mixture_test_error = jax.jit(mixture_test_error)
+_test_error = jax.jit(test_error)
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -124,9 +127,8 @@ def test_mixture_map_reduces_to_main_map():
         params = correlated_params(0.3).replace(alpha=jnp.asarray(1.5))
         rule = gauss_hermite(4, 5)
         ov = _state()
-        main, hats, env = jax.jit(_main_map)(ov, params, rule)
-        mixture_error = jax.jit(mixture_test_error)          # jitted: one compilation, not an op-by-op run
-        main_error = jax.jit(test_error)(ov, params, rule)
+        main, hats, env = _main_map(ov, params, rule)
+        main_error = _test_error(ov, params, rule)
         for law in (two_cluster_law(0.9), two_cluster_law(-0.5, 2.0)):
             ev = _mixture_map(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule.points, rule.weights)
             for name in ("q0", "V0", "theta0"):
@@ -135,7 +137,7 @@ def test_mixture_map_reduces_to_main_map():
             np.testing.assert_allclose(ev.overlaps.m[1:], 0.0, atol=1e-12)
             np.testing.assert_allclose(mixture_training_loss(embed_overlaps(ov, jnp.zeros((1, 1))), ev, params),
                                        training_loss(ov, hats, env, params), rtol=1e-7)
-            np.testing.assert_allclose(mixture_error(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule),
+            np.testing.assert_allclose(_mixture_test_error(embed_overlaps(ov, jnp.zeros((1, 1))), params, law, rule),
                                        main_error, rtol=1e-7)
         zero = two_cluster_law(0.7, 0.0)
         ev = _mixture_map(embed_overlaps(ov, jnp.asarray([[0.3]])), params, zero, rule.points, rule.weights)
