@@ -15,7 +15,8 @@ grid, and the spinodals where a branch loses stability out of its subspace.
 A row `(omega, subspace)` is one task of `phasejax.sweep.run_chunked`
 (chunked, resumable, sharded over devices, multi-host). The work of a row
 is a `lax.scan` over `alpha` of Newton solves warm-started from the
-previous point, vmapped over tracks and rows.
+previous point; the tracks and rows of a chunk go through `map_points` (one
+at a time on a CPU, vmapped side by side on an accelerator).
 
 Example (a small grid, a minute or two on a laptop CPU):
   >>> from phasejax.phase import PhaseGrid, phase_diagram
@@ -43,7 +44,7 @@ from phasejax.theory.census import CENSUS_SEEDS, census_seeds
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.results import result_columns
-from phasejax.theory.solver import SEConfig, resolve_scheme, solve_row_jit
+from phasejax.theory.solver import SEConfig, map_points, resolve_scheme, solve_row_jit
 
 PHASE_BRANCHES = ("positional", "semantic")
 
@@ -131,10 +132,12 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
             res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
             return jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
 
-        return jax.vmap(track)(track_inits)
+        return map_points(track, track_inits)
 
     def fn(chunk):   # traced inside phase_diagram's float64 scope
-        return jax.vmap(row)(jnp.asarray(chunk["omega"]), jnp.asarray(chunk["branch"]))
+        # rows and tracks: one at a time on a CPU (a vmapped group waits for its slowest row), side by side on
+        # an accelerator (`map_points`)
+        return map_points(lambda oc: row(*oc), (jnp.asarray(chunk["omega"]), jnp.asarray(chunk["branch"])))
 
     return fn
 

@@ -27,7 +27,9 @@ from phasejax.theory.results import SEResult
 from phasejax.theory.solver import (
     BranchInit,
     SEConfig,
+    _lanes,
     branch_init,
+    map_points,
     resolve_scheme,
     solve_jit,
     stack_inits,
@@ -106,24 +108,29 @@ def dedupe(results: SEResult, rtol: float = 1e-4) -> tuple[Array, Array]:
     return distinct, branch
 
 
-def _census(params, inits: BranchInit, scheme, config: SEConfig, newton_too: bool):
-    # pseudo-transient (config.kappa) lanes, then plain Newton (kappa = 0) lanes: one vmapped solve, kappa traced
+def _census(params, inits: BranchInit, scheme, config: SEConfig, newton_too: bool, batch_size="auto"):
+    # pseudo-transient (config.kappa) solves, then plain Newton (kappa = 0) ones: one compiled solve, kappa traced
     n = jax.tree_util.tree_leaves(inits.overlaps)[0].shape[0]
     kappas = [jnp.full((n,), config.kappa)] + ([jnp.zeros((n,))] if newton_too else [])
     inits = jax.tree_util.tree_map(lambda x: jnp.concatenate([x] * len(kappas)), inits)
-    results = jax.vmap(lambda i, k: solve_jit(params, i, scheme, config, kappa=k)[0])(inits, jnp.concatenate(kappas))
+    results = map_points(lambda ik: solve_jit(params, ik[0], scheme, config, kappa=ik[1])[0],
+                         (inits, jnp.concatenate(kappas)), batch_size)
     distinct, branch = dedupe(results)
     return FixedPointCensus(results=results, distinct=distinct, branch_index=branch, n_distinct=jnp.sum(distinct))
 
 
-census_jit = jax.jit(_census, static_argnames=("config", "newton_too"))
+census_jit = jax.jit(_census, static_argnames=("config", "newton_too", "batch_size"))
 
 
 @uses_float64
 def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", seeds=None, quadrature=None,
-                       config: SEConfig = SEConfig(), newton_too: bool = True) -> FixedPointCensus:
+                       config: SEConfig = SEConfig(), newton_too: bool = True,
+                       batch_size: int | str = "auto") -> FixedPointCensus:
     """Solve the subspace of `branch` from every seed (`census_seeds`), with pseudo-transient continuation and
     (with `newton_too`) plain Newton; merge duplicates; the branch is the lowest-`e_t` fixed point.
+
+    The solves go through `map_points` (`batch_size`: `"auto"` is one at a time on a CPU, all side by side on
+    an accelerator; see `solve_state_evolution_batch`).
 
     Example (the three positional fixed points at `omega = 0`, `alpha = 0.6`):
       >>> from phasejax.theory import make_params, fixed_point_census
@@ -133,4 +140,6 @@ def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", 
     validate_params(params)
     inits = census_seeds(branch, params, seeds)
     scheme = resolve_scheme(quadrature, params)
-    return census_jit(params, inits, scheme, config, newton_too)
+    n = inits.hold_m.shape[0] * (2 if newton_too else 1)
+    _lanes(batch_size, n)               # a bad batch_size raises before any compute
+    return census_jit(params, inits, scheme, config, newton_too, batch_size)

@@ -652,6 +652,18 @@ def _lanes(batch_size, n: int):
     return min(int(batch_size), n)
 
 
+def map_points(f, xs, batch_size: int | str = "auto"):
+    """`f` over the leading axis of the pytree `xs` (`n` points), in groups of `batch_size` vmapped points,
+    the groups one after the other in a `jax.lax.map` (`_lanes`: `"auto"` is one point at a time on a CPU,
+    all `n` side by side on an accelerator). A vmapped group of iterative solves costs its slowest point
+    times the group size; mapped one by one, the points cost the sum of their solves."""
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    lanes = _lanes(batch_size, n)
+    if lanes == n:
+        return jax.vmap(f)(xs)
+    return jax.lax.map(f, xs, batch_size=None if lanes == 1 else lanes)   # 1: a plain scan, no vmap
+
+
 @uses_float64
 def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init: BranchInit | str = "semantic",
                                 quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False,
@@ -668,7 +680,7 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
     alpha, omega = _check_grid(alpha, omega)
     validate_params(params.replace(alpha=alpha, omega=omega))
     scheme = resolve_scheme(quadrature, params)
-    lanes = _lanes(batch_size, alpha.shape[0])
+    _lanes(batch_size, alpha.shape[0])          # a bad batch_size raises before any compute
     if batched_init:
         if not isinstance(init, BranchInit) or init.hold_m.shape != alpha.shape:
             raise ValueError(f"a batched init must be a BranchInit with leading axis {alpha.shape}")
@@ -681,10 +693,7 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
         a, w, i = point
         return solve_jit(params.replace(alpha=a, omega=w), i, scheme, config)[0]
 
-    points = (alpha, omega, inits)
-    if lanes == alpha.shape[0]:
-        return jax.vmap(solve)(points)
-    return jax.lax.map(solve, points, batch_size=None if lanes == 1 else lanes)   # 1: a plain scan, no vmap
+    return map_points(solve, (alpha, omega, inits), batch_size)
 
 
 def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:

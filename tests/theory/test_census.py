@@ -67,3 +67,8 @@ def test_bad_seeds_are_rejected():
         census_seeds("positional", p, seeds=())
     with pytest.raises(ValueError, match="seed"):
         census_seeds("positional", p, seeds=[(0.1, 0.2)])
+
+
+def test_bad_batch_size_raises_before_any_compute():
+    with pytest.raises(ValueError, match="batch_size"):
+        fixed_point_census(make_params(0.6, 0.0), "positional", quadrature=SMALL, batch_size=0)

@@ -14,6 +14,7 @@ from phasejax.theory import (
     branch_init,
     gauss_hermite,
     make_params,
+    map_points,
     solve_along_alpha,
     solve_state_evolution,
     solve_state_evolution_batch,
@@ -100,6 +101,24 @@ def test_batch_equals_single(rule, lanes):
         for key in ("q", "m", "V", "theta", "train_loss", "test_error"):
             np.testing.assert_allclose(np.ravel(getattr(batch, key)[i]), np.ravel(getattr(single, key)),
                                        rtol=1e-7, atol=1e-12, err_msg=key)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5, "auto"])
+def test_map_points_equals_vmap_for_every_group_size(batch_size):
+    """Groups of vmapped points one after the other give what one vmap gives, for an iterative function whose
+    points take different numbers of iterations (a while loop: Newton's square root)."""
+    def sqrt_newton(a):
+        body = lambda c: (0.5 * (c[0] + a / c[0]), c[1] + 1)  # noqa: E731
+        return jax.lax.while_loop(lambda c: jnp.abs(c[0] ** 2 - a) > 1e-6 * a, body, (a + 1.0, 0))
+
+    xs = jnp.asarray([0.5, 2.0, 9.0, 100.0, 1e4])
+    got = jax.jit(lambda x: map_points(sqrt_newton, x, batch_size))(xs)
+    want = jax.vmap(sqrt_newton)(xs)
+    np.testing.assert_allclose(got[0], np.sqrt(np.asarray(xs)), rtol=1e-6)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert len(set(np.asarray(got[1]).tolist())) > 1             # the points differ in their iteration counts
+    with pytest.raises(ValueError, match="batch_size"):
+        map_points(sqrt_newton, xs, 0)
 
 
 def test_continuation_equals_a_cold_start():
