@@ -145,6 +145,7 @@ def test_mixture_map_reduces_to_main_map():
         np.testing.assert_allclose(ev.overlaps.m, jnp.concatenate([main.m, jnp.zeros((1, 1))]), rtol=1e-7, atol=1e-12)
 
 
+@pytest.mark.slow       # ~20 s; the reduction to the main map (test_mixture_map_reduces_to_main_map) stays in the default
 def test_cluster_gain_structure():
     """gain(rho) = a^2 G^-1 sum_lk E[s_l s_k] dmhat_l/dm_k: affine in rho, proportional to a^2, and at rho = -1
     (the cluster signs are +-(1, -1), a second positional encoding with a random sign) equal to the main SE's gain of

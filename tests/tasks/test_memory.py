@@ -83,23 +83,25 @@ def _unpadded(pr, N, d, M):
 def test_padding_does_not_change_the_trained_memories():
     N, d, m, M = 12, 6, 5, 4
     shape = MemoryShape(n_max=16, d_max=8, M=M, injective=False, m_max=8)
-    pr = sample_problem(jax.random.PRNGKey(0), N, d, shape)
-    small = _unpadded(pr, N, d, M)
+    pr = jax.jit(lambda k: sample_problem(k, N, d, shape))(jax.random.PRNGKey(0))   # compiled calls throughout:
+    small = _unpadded(pr, N, d, M)                                                    # op by op is slow
     # linear memory: same loss, the unpadded gradient in the top-left block and zero gradient elsewhere (so Adam
     # from W = 0 never moves the padding; the trained MLP below checks the same through a whole Adam run)
     W_big = jnp.zeros((8, 8)).at[:d, :d].set(jax.random.normal(jax.random.PRNGKey(5), (d, d)))
-    L_big, g_big = jax.value_and_grad(population_loss)(W_big, pr)
-    L_small, g_small = jax.value_and_grad(population_loss)(W_big[:d, :d], small)
+    loss_and_grad = jax.jit(jax.value_and_grad(population_loss))
+    L_big, g_big = loss_and_grad(W_big, pr)
+    L_small, g_small = loss_and_grad(W_big[:d, :d], small)
     np.testing.assert_allclose(L_big, L_small, rtol=1e-6)
     np.testing.assert_allclose(g_big[:d, :d], g_small, rtol=1e-4, atol=1e-7)
     assert np.all(np.asarray(g_big)[d:] == 0) and np.all(np.asarray(g_big)[:, d:] == 0)
     key = jax.random.PRNGKey(1)
-    big = train_mlp(key, pr, d, m, 8, steps=40)
+    big = jax.jit(lambda k, prob: train_mlp(k, prob, d, m, 8, steps=40))(key, pr)
     ref = jax.tree_util.tree_map(lambda a: a[:m, :d], big.params)
     # the unpadded run starts from the top-left slice of the padded init
     from phasejax.tasks.memory import init_mlp, train_memory
     p0 = jax.tree_util.tree_map(lambda a: a[:m, :d], init_mlp(key, d, m, 8, 8))
-    small_mlp = train_memory(lambda prm, prob: mlp_features(prm, prob, m), p0, small, steps=40, learning_rate=0.02)
+    small_mlp = jax.jit(lambda p0, prob: train_memory(lambda prm, pb: mlp_features(prm, pb, m), p0, prob, steps=40,
+                                                      learning_rate=0.02))(p0, small)
     np.testing.assert_allclose(big.loss, small_mlp.loss, rtol=1e-5)
     for k in ("U", "V"):
         np.testing.assert_allclose(ref[k], small_mlp.params[k], rtol=1e-4, atol=1e-5)
@@ -207,18 +209,28 @@ def test_one_step_memory_is_the_gradient_and_is_exact_with_orthonormal_embedding
     f = rng.integers(0, M, N)
     p = rng.dirichlet(np.ones(N))
     pr = orthonormal_problem(N, M, d, f, p)
-    W1 = one_step_memory(pr, eta)                                     # autodiff of the population loss at W = 0
-    np.testing.assert_allclose(W1, memory_matrix(one_step_rows(pr, eta), pr), atol=1e-7)
-    scores = output_scores(linear_features(W1, pr), pr)
+
+    def memories(pr):                                                 # one compiled call (op by op is slow)
+        W1 = one_step_memory(pr, eta)                                 # autodiff of the population loss at W = 0
+        return W1, memory_matrix(one_step_rows(pr, eta), pr), output_scores(linear_features(W1, pr), pr)
+
+    W1, W1_rows, scores = jax.jit(memories)(pr)
+    np.testing.assert_allclose(W1, W1_rows, atol=1e-7)
     expected = eta * p[:, None] * ((np.arange(M)[None, :] == f[:, None]) - 1.0 / M)
     np.testing.assert_allclose(scores, expected, atol=1e-7)          # u_k^T W_1 e_z = eta p_z (1{f(z)=k} - 1/M)
     assert float(recall(scores, pr)) == 1.0
     # random embeddings: same identity (factored form), under jit
     shape = MemoryShape(n_max=16, d_max=32, M=6, injective=False, zipf_alpha=1.2)
-    prr = sample_problem(jax.random.PRNGKey(2), 13, 20, shape)
-    np.testing.assert_allclose(jax.jit(one_step_memory)(prr), memory_matrix(one_step_rows(prr), prr), atol=2e-6)
-    np.testing.assert_allclose(factored_scores(one_step_rows(prr), prr)[:13],
-                               output_scores(linear_features(one_step_memory(prr), prr), prr)[:13], atol=2e-5)
+    prr = jax.jit(lambda k: sample_problem(k, 13, 20, shape))(jax.random.PRNGKey(2))
+
+    def factored(prr):
+        rows = one_step_rows(prr)
+        W = one_step_memory(prr)
+        return W, memory_matrix(rows, prr), factored_scores(rows, prr), output_scores(linear_features(W, prr), prr)
+
+    W, W_rows, s_factored, s_dense = jax.jit(factored)(prr)
+    np.testing.assert_allclose(W, W_rows, atol=2e-6)
+    np.testing.assert_allclose(s_factored[:13], s_dense[:13], atol=2e-5)
 
 
 def test_one_step_memory_reaches_perfect_recall_where_the_closed_form_says_so():

@@ -86,7 +86,10 @@ def test_semantic_is_the_global_minimum_at_alpha_2(check_point):
 # CPU default)
 @pytest.mark.parametrize("rule,lanes", [pytest.param(gauss_hermite(4, 8), 2, id="fixed-vmapped",
                                                      marks=pytest.mark.slow),
-                                        pytest.param(gauss_hermite(4, 8), 1, id="fixed-mapped"),
+                                        # behind -m slow too (~30 s): the grouping itself is tested by
+                                        # test_map_points_equals_vmap_for_every_group_size in the default suite
+                                        pytest.param(gauss_hermite(4, 8), 1, id="fixed-mapped",
+                                                     marks=pytest.mark.slow),
                                         pytest.param(SMALL, 2, id="adaptive", marks=pytest.mark.slow)])
 def test_batch_equals_single(rule, lanes):
     alphas, omegas = np.array([0.8, 1.6]), np.array([0.2, 0.5])
