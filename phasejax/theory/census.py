@@ -27,7 +27,6 @@ from phasejax.theory.results import SEResult
 from phasejax.theory.solver import (
     BranchInit,
     SEConfig,
-    _lanes,
     branch_init,
     map_points,
     resolve_scheme,
@@ -130,7 +129,8 @@ def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", 
     (with `newton_too`) plain Newton; merge duplicates; the branch is the lowest-`e_t` fixed point.
 
     The solves go through `map_points` (`batch_size`: `"auto"` is one at a time on a CPU, all side by side on
-    an accelerator; see `solve_state_evolution_batch`).
+    an accelerator; see `solve_state_evolution_batch`); a bad `batch_size` raises while tracing, before any
+    solve runs.
 
     Example (the three positional fixed points at `omega = 0`, `alpha = 0.6`):
       >>> from phasejax.theory import make_params, fixed_point_census
@@ -140,6 +140,4 @@ def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", 
     validate_params(params)
     inits = census_seeds(branch, params, seeds)
     scheme = resolve_scheme(quadrature, params)
-    n = inits.hold_m.shape[0] * (2 if newton_too else 1)
-    _lanes(batch_size, n)               # a bad batch_size raises before any compute
     return census_jit(params, inits, scheme, config, newton_too, batch_size)
