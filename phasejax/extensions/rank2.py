@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
 from phasejax.empirics.students import positional_init, random_init, semantic_init
@@ -245,16 +246,48 @@ def continuation_table(params: TiedAttentionParams, alphas, omegas, inits: dict,
     return table
 
 
+MAX_SOLVER_SHIFT = 0.05
+"""Largest `solver_shift` (scaled first-order distance to the fixed point) of a solve that stopped at
+`max_iterations` for its training loss to enter the comparisons of branches (`resolved_rows`)."""
+
+
+def resolved_rows(table: dict, max_shift: float = MAX_SOLVER_SHIFT) -> tuple[np.ndarray, np.ndarray]:
+    """`(usable, e_t uncertainty)` per row of a theory table.
+
+    Usable: converged, or stopped at `max_iterations` within `max_shift` of its fixed point (`solver_shift`,
+    the solver's part of the errors: the rank-2 semantic rows, whose finite-rule map jumps by one node's
+    weight near the fixed point). The uncertainty of `train_loss` is its `train_loss_err`, plus, for a row
+    that did not converge, `|train_loss - energetic_loss|` (the two agree at a fixed point and separate at
+    first order in the distance from it). Tables without `status`/`solver_shift` use converged rows only.
+    """
+    conv = np.asarray(table["converged"]).astype(bool)
+    finite = np.isfinite(np.asarray(table["train_loss"], float))
+    err = np.asarray(table["train_loss_err"], float)
+    if "solver_shift" not in table or "status" not in table:
+        return conv & finite, err
+    stalled = (np.asarray(table["status"]).astype(str) == "max_iterations") & (
+        np.asarray(table["solver_shift"], float) <= max_shift)
+    gap = np.abs(np.asarray(table["train_loss"], float) - np.asarray(table["energetic_loss"], float))
+    return (conv | stalled) & finite, np.where(conv, err, err + gap)
+
+
 def mark_global_minimum(table: dict) -> dict:
-    """Add `global_min` (bool): at each `(alpha, omega)` where every row converged, the row with the lowest
-    `train_loss` (where one did not, none is marked: its fixed point could be the lowest)."""
+    """Add `global_min` (bool) per `(alpha, omega)`: where every row converged, the row with the lowest
+    `train_loss`; where some only stopped near their fixed points (`resolved_rows`), the lowest only if its
+    `train_loss` lies below every other's by more than their uncertainties. Nothing is marked where a row
+    is unusable (its fixed point could be the lowest) or the lowest is not resolved."""
     gm = np.zeros(len(table["alpha"]), bool)
-    ok = np.asarray(table["converged"]).astype(bool) & np.isfinite(table["train_loss"])
+    ok, unc = resolved_rows(table)
+    conv = np.asarray(table["converged"]).astype(bool)
+    e = np.asarray(table["train_loss"], float)
     for key in set(zip(table["alpha"].tolist(), table["omega"].tolist())):
-        at = (table["alpha"] == key[0]) & (table["omega"] == key[1])
-        if np.all(ok[at]):
-            idx = np.flatnonzero(at)
-            gm[idx[np.argmin(table["train_loss"][idx])]] = True
+        idx = np.flatnonzero((table["alpha"] == key[0]) & (table["omega"] == key[1]))
+        if not np.all(ok[idx]):
+            continue
+        low = idx[np.argmin(e[idx])]
+        rest = idx[idx != low]
+        if np.all(conv[idx]) or np.all(e[low] + unc[low] < e[rest] - unc[rest]):
+            gm[low] = True
     return {**table, "global_min": gm}
 
 
@@ -302,9 +335,10 @@ def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: st
             sel = lambda name: (table["omega"] == om) & (table["init"] == name)  # noqa: E731
             pos, sem = sel(positional), sel(semantic)
             alphas = table["alpha"][pos]
-            ok = table["converged"][pos].astype(bool) & table["converged"][sem].astype(bool)
+            usable, unc = resolved_rows(table)
+            ok = usable[pos] & usable[sem]
             delta = np.where(ok, table["train_loss"][sem] - table["train_loss"][pos], np.nan)
-            derr = np.hypot(table["train_loss_err"][sem], table["train_loss_err"][pos])
+            derr = np.hypot(unc[sem], unc[pos])
             ac, ac_err = crossing_with_error(alphas, delta, derr)
             # the global minimum's test error on the alpha grid (NaN where no global minimum is determined)
             gm = (table["omega"] == om) & np.asarray(table["global_min"]).astype(bool)
@@ -498,25 +532,28 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
     th, runs = result.theory, result.runs
     omegas = np.unique(th["omega"])
     ncol = len(omegas) + int(thresholds)
-    fig = Figure(figsize=(4.6 * ncol + 1.8, 3.6 * len(keys)), layout="constrained")
+    fig = Figure(figsize=(4.6 * ncol + 4.0, 3.6 * len(keys)), layout="constrained")
     axes = fig.subplots(len(keys), ncol, squeeze=False)
     dims = np.unique(runs["d"]) if len(runs.get("d", [])) else []
     markers = ["o", "s", "^", "D"]
+    usable, e_t_unc = resolved_rows(th)
+    conv = th["converged"].astype(bool)
     for j, om in enumerate(omegas):
         for i, key in enumerate(keys):
             ax = axes[i, j]
             for name in inits:
                 c = INIT_COLOURS.get(name, None)
                 at = (th["omega"] == om) & (th["init"] == name)
-                bad = at & ~th["converged"].astype(bool) & np.isfinite(th[key])
-                if bad.any():   # shown, but marked: the solve stopped at its iteration cap
-                    ax.plot(th["alpha"][bad], th[key][bad], "x", color=c, ms=7,
-                            label=f"SE, {name} init, not converged (last iterate)")
+                near = at & usable & ~conv & np.isfinite(th[key])
+                if near.any():   # stopped at the iteration cap near its fixed point: drawn with its error bars
+                    err = e_t_unc[near] if key == "train_loss" else th[f"{key}_err"][near]
+                    ax.errorbar(th["alpha"][near], th[key][near], yerr=err, fmt="x", color=c, ms=7, capsize=2,
+                                label=f"SE, {name} init, stopped near its fixed point (+- solver and quadrature)")
                 sel = at & th["converged"].astype(bool)
                 if not sel.any():
                     continue
                 a, v, e = th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel]
-                ax.plot(a, v, "-", color=c, label=f"theory, {name} init")
+                ax.plot(a, v, ".-", color=c, label=f"theory, {name} init (converged solves)")
                 ax.fill_between(a, v - e, v + e, color=c, alpha=0.25, lw=0)
                 for k, d in enumerate(dims):
                     rs = {kk: vv[(runs["omega"] == om) & (runs["init"] == name) & (runs["d"] == d)]
@@ -552,6 +589,9 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
     for ax in axes[:, :len(omegas)].ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
+    far = int(np.sum(~usable & ~conv))
+    if far:     # solves that stopped far from any fixed point have no meaningful value: not drawn, but counted
+        seen[f"not drawn: {far} SE solve(s) stopped far from a fixed point (theory.csv)"] = Line2D([], [], ls="none")
     fig.legend(list(seen.values()), list(seen), loc="outside right center", fontsize=7)
     fig.suptitle(title + "\n(bands: 95% quadrature error; markers: mean over seeds, bars: standard error)",
                  fontsize=10)

@@ -12,12 +12,19 @@ main rule, replica `k` moves the fixed point by the Newton correction
 `delta_k = (I - J)^{-1} (F_k(x*) - x*)` (first order in the rule's error).
 Its training loss is the free energy with replica `k`'s hats at `x*` (the
 free energy is stationary, so the shift of `x*` enters only at second
-order); its test error is `eps_g(x* + delta_k)`. The error of the reported
-value is `t * s`, with `s` the standard deviation of the main and replica
-values (`SplitProductRule`: the main rule is one more draw of the same
-randomised family; `SobolRule`: the main rule is the replicas' union, so
-`s` is their standard error) and `t` the 97.5% Student quantile: a 95%
-confidence half-width. `NaN` where no replicas exist.
+order); its test error is `eps_g(x* + delta_k)`. The quadrature error of
+the reported value is `t * s`, with `s` the standard deviation of the main
+and replica values (`SplitProductRule`: the main rule is one more draw of
+the same randomised family; `SobolRule`: the main rule is the replicas'
+union, so `s` is their standard error) and `t` the 97.5% Student quantile:
+a 95% confidence half-width. `NaN` where no replicas exist.
+
+A solve that stops short of its fixed point (status `MAX_ITERATIONS`, e.g.
+where a node's minimiser jumps between iterations and the finite rule's map
+has no exact fixed point) is off by the Newton correction of the main rule,
+`delta = (I - J)^{-1} (F(x) - x)`, to first order. Its size (and the test
+error's change along it) is the solver's error; the reported errors are
+the quadrature half-width plus it (`SEErrors`).
 """
 
 from __future__ import annotations
@@ -42,11 +49,23 @@ def t_quantile_975(dof: int) -> float:
 
 @struct.dataclass
 class SEErrors:
-    """95% confidence half-widths of the quadrature error, same shapes as the values (NaN: not estimated)."""
+    """Error bars of a result, same shapes as the values.
+
+    `overlaps`, `train_loss`, `test_error`: the 95% confidence half-width of
+    the quadrature error plus the solver's part below (NaN: the quadrature
+    error was not estimated). `solver_overlaps`, `solver_test_error`: the
+    solver's part alone, the first-order distance of the returned point from
+    the main rule's fixed point, `|delta|` with `delta = (I - J)^{-1} (F(x) - x)`
+    and `|eps_g(x + delta) - eps_g(x)|` (negligible for a converged solve; the
+    training loss has no such term: the free energy is stationary at the
+    fixed point, so `delta` enters it at second order).
+    """
 
     overlaps: Overlaps
     train_loss: Array
     test_error: Array
+    solver_overlaps: Overlaps
+    solver_test_error: Array
     n_replicas: int = struct.field(pytree_node=False, default=0)
 
 
@@ -149,12 +168,20 @@ def spread_error(main: Array, replicas: Array, *, main_is_mean: bool) -> Array:
     return t_quantile_975(K) * jnp.std(allv, axis=0, ddof=1)
 
 
+def _max_scaled(shift: Overlaps, ov: Overlaps) -> Array:
+    """`max_i |shift_i| / max(1, |x_i|)` over the entries of the overlaps (the residual's scaling)."""
+    leaves = zip(jax.tree_util.tree_leaves(shift), jax.tree_util.tree_leaves(ov))
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(d) / jnp.maximum(1.0, jnp.abs(x))) for d, x in leaves]))
+
+
 def result_columns(res: SEResult, params) -> dict[str, Array]:
     """Flatten one `SEResult` to named scalar columns (for CSV / JSON); vmappable.
 
     `q, V, theta` are token 1's per-token values (first entry for `r, t > 1`),
     `m` the first entry of `m`; each has `<name>_err`. Then `test_error`,
-    `train_loss` (with `_err`), `energetic_loss`, solver diagnostics, and every
+    `train_loss` (with `_err`), `test_error_solver_err` and `solver_shift` (the
+    solver's part of the errors: `SEErrors`; `solver_shift` is the largest
+    scaled entry of `|delta|`), `energetic_loss`, solver diagnostics, and every
     entry of the overlaps and hats as `q0_i, m0_i, V0_i, theta0_i, qhat_i, mhat_i, Vhat_i, thetahat_i`.
     """
     s1 = params.sigma[0] ** 2
@@ -164,6 +191,7 @@ def result_columns(res: SEResult, params) -> dict[str, Array]:
         q_err=s1 * err.overlaps.q0.ravel()[0], m_err=err.overlaps.m.ravel()[0], V_err=s1 * err.overlaps.V0.ravel()[0],
         theta_err=s1 * err.overlaps.theta0.ravel()[0],
         test_error=res.test_error, test_error_err=err.test_error,
+        test_error_solver_err=err.solver_test_error, solver_shift=_max_scaled(err.solver_overlaps, ov),
         train_loss=res.train_loss, train_loss_err=err.train_loss, energetic_loss=res.energetic_loss,
         residual=res.residual, iterations=res.iterations, status=res.status, converged=res.converged,
         stability=res.stability, subspace_gain=res.subspace_gain, prox_unconverged=res.prox_unconverged,

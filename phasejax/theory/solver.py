@@ -428,6 +428,13 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
 
     nan = jnp.asarray(jnp.nan, x.dtype)
     n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    n = x.shape[0]
+    both = free[:, None] & free[None, :]
+    A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))
+    # the solver's error: the main rule's Newton correction from the returned point (results module docstring)
+    delta = jnp.where(free, jnp.linalg.solve(A, jnp.where(free, ev.Fx - x, 0.0)), 0.0)
+    solver_x = jnp.abs(delta)
+    solver_g = jnp.abs(test_error(unravel(x + delta), params, rule) - eps_g)
     err_x = jnp.full_like(x, jnp.nan)
     err_e = err_g = nan
     if cfg.errors and n_rep >= 2:
@@ -436,9 +443,6 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
         nodes = node_values(ov, params, quad_all.points, warm_all, 0, n_steps=cfg.prox_steps,
                             psd_tol=cfg.psd_tol, prox_tol=cfg.prox_tol, extra_starts=True,
                             prox_starts=cfg.prox_starts, hat_form=cfg.hat_form)
-        n = x.shape[0]
-        both = free[:, None] & free[None, :]
-        A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))
 
         def replica(w):
             hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=cfg.hat_form), ib.hold_m, ib.hold_theta)
@@ -458,8 +462,9 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
 
     invalid = (state.status == Status.INVALID_ITERATE) | (state.status == Status.INVALID_INPUT)
     blank = lambda v: jnp.where(invalid, jnp.nan, v)  # noqa: E731
-    errors = SEErrors(overlaps=unravel(blank(err_x)), train_loss=blank(err_e), test_error=blank(err_g),
-                      n_replicas=n_rep if cfg.errors else 0)
+    errors = SEErrors(overlaps=unravel(blank(err_x + solver_x)), train_loss=blank(err_e),
+                      test_error=blank(err_g + solver_g), solver_overlaps=unravel(blank(solver_x)),
+                      solver_test_error=blank(solver_g), n_replicas=n_rep if cfg.errors else 0)
     return SEResult(overlaps=ov, hats=ev.hats, test_error=blank(eps_g), train_loss=blank(e_t),
                     energetic_loss=blank(e_direct), residual=state.residual, iterations=state.it,
                     status=state.status, converged=state.status == Status.CONVERGED, stability=blank(stability),

@@ -18,6 +18,7 @@ from phasejax.extensions.rank2 import (
     init_columns,
     invariant_columns,
     mark_global_minimum,
+    resolved_rows,
     overlap_mask,
     rank2_init,
     rank2_params,
@@ -138,6 +139,23 @@ def test_crossing_status_and_global_minimum_on_constructed_tables():
     assert ts["alpha_c_status"][0] == "in_grid"
     # eps_lin(omega = 0.3) ~ 0.00197 lies between the global minimum's 0.003 (alpha 1) and 0.0015 (alpha 2)
     assert 1.0 < float(ts["alpha_l"][0]) < 2.0 and ts["alpha_l_status"][0] == "in_grid"
+
+
+def test_a_stalled_solve_counts_only_within_its_uncertainty():
+    """Rows stopped at max_iterations near their fixed points take part when the lowest e_t is resolved."""
+    def table(e_sem, shift, gap):
+        # positional converged at e_t = 2.0; semantic stalled at e_sem, solver_shift, |e_t - energetic| = gap
+        return dict(alpha=np.array([1.0, 1.0]), omega=np.full(2, 0.3), init=np.array(["positional", "semantic"]),
+                    train_loss=np.array([2.0, e_sem]), train_loss_err=np.full(2, 0.01),
+                    energetic_loss=np.array([2.0, e_sem + gap]), converged=np.array([True, False]),
+                    status=np.array(["converged", "max_iterations"]), solver_shift=np.array([1e-9, shift]))
+    mark = lambda t: mark_global_minimum(t)["global_min"].tolist()  # noqa: E731
+    assert mark(table(1.9, 0.01, 0.001)) == [False, True]      # 1.9 + 0.011 < 2.0 - 0.01: resolved
+    assert mark(table(1.9, 0.01, 0.09)) == [False, False]      # the e_t gap makes it undetermined
+    assert mark(table(1.9, 0.2, 0.001)) == [False, False]      # too far from its fixed point
+    assert mark(table(2.1, 0.01, 0.001)) == [True, False]      # the converged row is resolved as the lowest
+    usable, unc = resolved_rows(table(1.9, 0.01, 0.05))
+    assert usable.tolist() == [True, True] and unc.tolist() == pytest.approx([0.01, 0.06])
 
 
 def test_init_columns_overlaps():

@@ -50,12 +50,13 @@ def test_value_map_is_the_dense_low_rank_correction_and_gate_zero_is_the_tied_mo
     # gate 0: the value factors get exactly zero gradient (ridge included), Q the tied model's gradient
     graphdef, w = nnx.split(model, nnx.Param)
     mask = jnp.ones(data.n, bool)
-    g = jax.grad(lambda w: value_risk(graphdef, w, 0.0, data.x, data.y, data.p, mask, float(params.lam)))(w)
+    # (gradients compiled: op by op they are ~150 small XLA compilations each)
+    g = jax.jit(jax.grad(lambda w: value_risk(graphdef, w, 0.0, data.x, data.y, data.p, mask, float(params.lam))))(w)
     assert float(jnp.max(jnp.abs(g["Wa"][...]))) == 0.0 and float(jnp.max(jnp.abs(g["Wb"][...]))) == 0.0
     tg, tw = nnx.split(tied, nnx.Param)
     from phasejax.empirics import student_risk
 
-    g_tied = jax.grad(lambda w: student_risk(tg, w, data.x, data.y, data.p, mask, float(params.lam)))(tw)
+    g_tied = jax.jit(jax.grad(lambda w: student_risk(tg, w, data.x, data.y, data.p, mask, float(params.lam))))(tw)
     np.testing.assert_allclose(g["Q"][...], g_tied["Q"][...], rtol=1e-5, atol=1e-6)
 
 

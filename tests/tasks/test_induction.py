@@ -33,6 +33,7 @@ from phasejax.tasks.induction import (
     induction_sweep,
     init_induction_params,
     plot_induction_figures,
+    plot_prev_token_by_position,
     previous_token_attention,
     record_steps,
     reference_losses,
@@ -379,6 +380,44 @@ def test_write_load_round_trip(swept, tmp_path):
     for i in range(len(result.runs["S"])):
         np.testing.assert_allclose(result.eval_losses[f"run{i}"].mean(), result.runs["final_loss"][i], rtol=1e-5)
     _round_trip(result, tmp_path)
+
+
+def test_subset_keeps_each_runs_tables_together(swept):
+    result, _ = swept
+    assert np.all(result.runs["batch_size"] == TRAINING.batch_size)
+    sub = result.subset([3, 1])
+    np.testing.assert_array_equal(sub.runs["seed"], result.runs["seed"][[3, 1]])
+    for new, old in enumerate((3, 1)):
+        for table in ("curves", "positions"):
+            a, b = getattr(sub, table), getattr(result, table)
+            np.testing.assert_array_equal(a["loss"][a["run"] == new], b["loss"][b["run"] == old])
+        np.testing.assert_array_equal(sub.eval_losses[f"run{new}"], result.eval_losses[f"run{old}"])
+    assert set(sub.curves["run"]) == {0, 1} and len(sub.eval_losses) == 2
+    # attention maps are kept for the first seed's runs only: run 1 (seed 1) has none, run 3 neither
+    kept = {k for k in result.attention if k.split("_")[0] in ("run1", "run3")}
+    assert len(sub.attention) == len(kept)
+    for bad in ([], [0, 0], [4], [-1]):
+        with pytest.raises(ValueError, match="idx"):
+            result.subset(bad)
+
+
+def test_previous_token_fact_is_judged_per_batch_size(swept, tmp_path):
+    """The fact's verdict is that of the runs with the most chains per step; every batch size keeps its own."""
+    result, _ = swept
+    runs = dict(result.runs, layers=np.full(4, 2), batch_size=np.array([8, 8, 16, 16]),
+                prev_token_attention_1=np.array([0.85, 0.86, 0.91, 0.95]))
+    fake = dataclasses.replace(result, runs=runs)
+    fact = induction_summary(fake, min_T=12)["facts"]["two_layer_prev_token_attention"]
+    assert fact["judged_at_batch_size"] == 16 and fact["holds"] and fact["min"] == pytest.approx(0.91)
+    assert not fact["by_batch_size"][8]["holds"] and fact["by_batch_size"][8]["mean"] == pytest.approx(0.855)
+    assert fact["by_batch_size"][16]["n_runs"] == 2 and fact["by_batch_size"][16]["Ss"] == [5]
+    points = induction_summary(fake, min_T=12)["points"]
+    # runs 0, 1 are S = 3 (seeds 0, 1), runs 2, 3 are S = 5: one point per (batch size, S), both seeds in it
+    assert sorted((p["batch_size"], p["S"], p["n_seeds"]) for p in points) == [(8, 3, 2), (16, 5, 2)]
+    path = plot_prev_token_by_position(fake, str(tmp_path / "prev.png"))
+    assert os.path.getsize(path) > 10_000
+    with pytest.raises(ValueError, match="T = 64"):
+        plot_prev_token_by_position(fake, str(tmp_path / "none.png"), T=64)
 
 
 @pytest.mark.slow

@@ -127,19 +127,19 @@ def test_map_points_equals_vmap_for_every_group_size(batch_size):
 def test_continuation_equals_a_cold_start():
     """With a fixed rule, continuation reaches the cold start's fixed point to solver precision, in fewer
     iterations. (Gauss-Hermite is not converged here, but its fixed point is well defined and unique nearby;
-    a small Sobol rule has several spurious fixed points within its large error.)"""
+    a small Sobol rule has several spurious fixed points within its large error.) A row's first point is a
+    cold solve, so a row up and the same row down give each end both ways, from one compilation."""
     alphas = np.array([1.7, 1.85, 2.0])
     rule = gauss_hermite(4, 8)
-    row = solve_along_alpha(PAPER, alphas, "positional", rule)
-    assert np.all(np.asarray(row.converged))
-    for i, a in enumerate(alphas):
-        with float64_scope():   # the row's float64 alphas (and the compilation of test_batch_equals_single[fixed-mapped])
-            p = PAPER.replace(alpha=jnp.asarray(a))
-        cold = solve_state_evolution(p, "positional", rule)
+    up = solve_along_alpha(PAPER, alphas, "positional", rule)
+    down = solve_along_alpha(PAPER, alphas[::-1], "positional", rule)
+    assert np.all(np.asarray(up.converged)) and np.all(np.asarray(down.converged))
+    for i in range(len(alphas)):
         for key in ("q", "m", "V", "train_loss"):
-            np.testing.assert_allclose(np.ravel(getattr(row, key)[i]), np.ravel(getattr(cold, key)), rtol=1e-5,
-                                       err_msg=key)
-    assert int(row.iterations[-1]) < int(cold.iterations)
+            np.testing.assert_allclose(np.ravel(getattr(up, key)[i]), np.ravel(getattr(down, key)[-1 - i]),
+                                       rtol=1e-5, err_msg=f"{key} at alpha = {alphas[i]}")
+    # warm ends against cold ends: fewer iterations
+    assert int(up.iterations[-1]) < int(down.iterations[0]) and int(down.iterations[-1]) < int(up.iterations[0])
 
 
 @pytest.mark.slow
@@ -210,17 +210,25 @@ def test_bad_grids_and_inits_are_rejected_before_compute():
         solve_state_evolution(PAPER, "semantic", gauss_hermite(3, 4))
 
 
+CAP = 15
+
+
 @jax.jit
-def _capped_solve(alpha):
-    """A solve at a traced alpha with a cap of 2 iterations (one compilation for the two tests below). A fixed
-    rule and no error bars: the smallest program that has the whole loop."""
-    return solve_state_evolution(PAPER.replace(alpha=alpha), "semantic", gauss_hermite(4, 4),
-                                 SEConfig(max_iter=2, errors=False))
+def _capped_solve(alpha, init):
+    """A solve at a traced alpha from a traced init with a cap of `CAP` iterations (one compilation for the
+    tests below). A fixed rule and no error bars: the smallest program that has the whole loop. From the
+    semantic default init at alpha = 2 it needs 18 iterations, so it stops 3 short."""
+    return solve_state_evolution(PAPER.replace(alpha=alpha), init, gauss_hermite(4, 4),
+                                 SEConfig(max_iter=CAP, errors=False))
+
+
+def _semantic_init():
+    return branch_init("semantic", PAPER)
 
 
 def test_traced_invalid_input_is_reported_not_raised():
     with float64_scope():
-        res = _capped_solve(jnp.asarray(-1.0))
+        res = _capped_solve(jnp.asarray(-1.0), _semantic_init())
     assert int(res.status) == Status.INVALID_INPUT and not bool(res.converged)
     assert np.isnan(float(res.test_error)) and np.isnan(float(res.train_loss))
 
@@ -235,10 +243,34 @@ def test_an_invalid_init_is_reported():
 
 def test_iteration_cap_is_reported():
     with float64_scope():
-        res = _capped_solve(jnp.asarray(2.0))
+        res = _capped_solve(jnp.asarray(2.0), _semantic_init())
     assert int(res.status) == Status.MAX_ITERATIONS and res.status_name == "max_iterations"
     # (a fixed rule has one stage; a cold solve with an adaptive rule has two, each capped)
-    assert int(res.iterations) == 2 and float(res.residual) > SEConfig().tol
+    assert int(res.iterations) == CAP and float(res.residual) > SEConfig().tol
+
+
+def test_solver_error_is_the_distance_to_the_fixed_point():
+    """A solve stopped 3 iterations short (residual ~1e-4) reports, as its solver error, the first-order
+    distance to the fixed point: it equals the distance to the converged point (the same solve restarted
+    there) entry by entry to 1% (the second-order remainder), and so does the test error's; after
+    convergence it is negligible."""
+    def flat(ov):      # float64 entries (jax's ravel_pytree outside float64_scope would round them to float32)
+        return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree_util.tree_leaves(ov)])
+
+    with float64_scope():
+        init = _semantic_init()
+        short = _capped_solve(jnp.asarray(2.0), init)
+        full = _capped_solve(jnp.asarray(2.0), init._replace(overlaps=short.overlaps))
+    assert full.status_name == "converged" and short.status_name == "max_iterations"
+    assert 1e-5 < float(short.residual) < 1e-2
+    x_full, x_short, shift = flat(full.overlaps), flat(short.overlaps), flat(short.errors.solver_overlaps)
+    np.testing.assert_allclose(shift, np.abs(x_full - x_short), rtol=0.01, atol=1e-6 * np.max(np.abs(x_full)))
+    assert np.max(shift) > 1e-4 * np.max(np.abs(x_full))             # not trivially small
+    d_eps = abs(float(full.test_error) - float(short.test_error))
+    assert float(short.errors.solver_test_error) == pytest.approx(d_eps, rel=0.01)
+    # without replicas the quadrature part is unknown, so the total error is NaN; the solver part is not
+    assert np.isnan(float(short.errors.test_error))
+    assert np.max(flat(full.errors.solver_overlaps)) < 1e-6 * np.max(np.abs(x_full))
 
 
 def test_traced_call_in_float32_explains_how_to_enable_float64():
