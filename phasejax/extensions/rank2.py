@@ -254,9 +254,10 @@ MAX_SOLVER_SHIFT = 0.05
 def resolved_rows(table: dict, max_shift: float = MAX_SOLVER_SHIFT) -> tuple[np.ndarray, np.ndarray]:
     """`(usable, e_t uncertainty)` per row of a theory table.
 
-    Usable: converged, or stopped at `max_iterations` within `max_shift` of its fixed point (`solver_shift`,
-    the solver's part of the errors: the rank-2 semantic rows, whose finite-rule map jumps by one node's
-    weight near the fixed point). The uncertainty of `train_loss` is its `train_loss_err`, plus, for a row
+    Usable: converged, or stopped at `max_iterations` with `solver_shift <= max_shift` (the solver's part of
+    the errors, scaled like the residual: relative to entries above 1, absolute below; the rank-2 semantic
+    rows, whose finite-rule map jumps by one node's weight near the fixed point). A converged row without
+    a quadrature error (NaN) leaves every comparison with a stopped row unresolved. The uncertainty of `train_loss` is its `train_loss_err`, plus, for a row
     that did not converge, `|train_loss - energetic_loss|` (the two agree at a fixed point and separate at
     first order in the distance from it). Tables without `status`/`solver_shift` use converged rows only.
     """
@@ -324,18 +325,18 @@ def crossing_status(root: float, delta) -> str:
 
 def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: str = "positional",
                      semantic: str = "semantic") -> dict[str, np.ndarray]:
-    """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (with the
-    error from the two `train_loss_err`), and `alpha_l` where the global minimum's test error drops below
+    """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (rows usable by
+    `resolved_rows`, the error from their two `e_t` uncertainties), and `alpha_l` where the global minimum's test error drops below
     the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `crossing_status`."""
     out = {k: [] for k in ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
                            "alpha_l_status", "eps_lin")}
+    usable, unc = resolved_rows(table)
     with float64_scope():
         for om in np.unique(table["omega"]):
             eps_lin = float(linear_baseline_error(params.replace(omega=jnp.asarray(om))))
             sel = lambda name: (table["omega"] == om) & (table["init"] == name)  # noqa: E731
             pos, sem = sel(positional), sel(semantic)
             alphas = table["alpha"][pos]
-            usable, unc = resolved_rows(table)
             ok = usable[pos] & usable[sem]
             delta = np.where(ok, table["train_loss"][sem] - table["train_loss"][pos], np.nan)
             derr = np.hypot(unc[sem], unc[pos])

@@ -1215,6 +1215,14 @@ class InductionResult:
         j = lambda name: os.path.join(out_dir, name)  # noqa: E731
         runs = read_csv(j("runs.csv"))
         runs["model"] = runs["model"].astype(str)
+        config = read_json(j("config.json"))
+        if "batch_size" not in runs:        # written before the column existed: one batch size for every part
+            parts = config.get("parts", [config])
+            sizes = {int(p["training"]["batch_size"]) for p in parts if "training" in p}
+            if len(sizes) != 1:
+                raise ValueError(f"{j('runs.csv')} has no batch_size column and config.json does not give one "
+                                 f"batch size for every run (found {sorted(sizes)})")
+            runs["batch_size"] = np.full(len(runs["S"]), sizes.pop())
         attention, eval_losses = load_npz(j("attention.npz")), load_npz(j("eval_losses.npz"))
         for name, value in (("attention.npz", attention), ("eval_losses.npz", eval_losses)):
             if value is None:
@@ -1224,8 +1232,7 @@ class InductionResult:
             floor["model"] = floor["model"].astype(str)
         references = read_csv(j("references.csv")) if os.path.exists(j("references.csv")) else {}
         return cls(runs=runs, curves=read_csv(j("curves.csv")), positions=read_csv(j("position_losses.csv")),
-                   references=references, attention=attention, eval_losses=eval_losses,
-                   config=read_json(j("config.json")), floor=floor)
+                   references=references, attention=attention, eval_losses=eval_losses, config=config, floor=floor)
 
     def select(self, **where) -> np.ndarray:
         """Indices of the runs whose columns equal the given values (`select(model="standard", T=64)`)."""

@@ -11,6 +11,7 @@ import pytest
 
 from phasejax.sweep import RunOptions
 from phasejax.tasks.induction import (
+    RUN_COLUMNS,
     InductionGrid,
     InductionModel,
     InductionResult,
@@ -385,20 +386,41 @@ def test_write_load_round_trip(swept, tmp_path):
 def test_subset_keeps_each_runs_tables_together(swept):
     result, _ = swept
     assert np.all(result.runs["batch_size"] == TRAINING.batch_size)
-    sub = result.subset([3, 1])
-    np.testing.assert_array_equal(sub.runs["seed"], result.runs["seed"][[3, 1]])
-    for new, old in enumerate((3, 1)):
+    sub = result.subset([2, 0])             # the seed-0 runs of S = 5 and S = 3: they have attention maps
+    np.testing.assert_array_equal(sub.runs["seed"], result.runs["seed"][[2, 0]])
+    for new, old in enumerate((2, 0)):
         for table in ("curves", "positions"):
             a, b = getattr(sub, table), getattr(result, table)
             np.testing.assert_array_equal(a["loss"][a["run"] == new], b["loss"][b["run"] == old])
         np.testing.assert_array_equal(sub.eval_losses[f"run{new}"], result.eval_losses[f"run{old}"])
+        for key in [k for k in result.attention if k.startswith(f"run{old}_")]:
+            np.testing.assert_array_equal(sub.attention[f"run{new}_" + key.split("_", 1)[1]], result.attention[key])
     assert set(sub.curves["run"]) == {0, 1} and len(sub.eval_losses) == 2
-    # attention maps are kept for the first seed's runs only: run 1 (seed 1) has none, run 3 neither
-    kept = {k for k in result.attention if k.split("_")[0] in ("run1", "run3")}
-    assert len(sub.attention) == len(kept)
+    kept = [k for k in result.attention if k.split("_")[0] in ("run0", "run2")]
+    assert len(kept) > 0 and len(sub.attention) == len(kept)
+    # the floor table's run column is renumbered with the rest
+    floor = dict(run=np.arange(4), seed=result.runs["seed"].copy())
+    sub = dataclasses.replace(result, floor=floor).subset([2, 0])
+    np.testing.assert_array_equal(sub.floor["run"], [0, 1])
+    np.testing.assert_array_equal(sub.floor["seed"], result.runs["seed"][[2, 0]])
     for bad in ([], [0, 0], [4], [-1]):
         with pytest.raises(ValueError, match="idx"):
             result.subset(bad)
+
+
+def test_results_written_before_the_batch_size_column_still_load(swept, tmp_path):
+    from phasejax.io import atomic_write_json, write_csv
+
+    result, _ = swept
+    result.write(str(tmp_path))
+    old = [c for c in RUN_COLUMNS if c != "batch_size"]
+    write_csv(str(tmp_path / "runs.csv"), {k: result.runs[k] for k in old}, order=old)     # an older runs.csv
+    back = InductionResult.load(str(tmp_path))          # one part, one batch size: filled in from config.json
+    np.testing.assert_array_equal(back.runs["batch_size"], np.full(4, TRAINING.batch_size))
+    two = dict(parts=[result.config, dict(result.config, training=dict(result.config["training"], batch_size=99))])
+    atomic_write_json(str(tmp_path / "config.json"), two)
+    with pytest.raises(ValueError, match="batch_size"):
+        InductionResult.load(str(tmp_path))
 
 
 def test_previous_token_fact_is_judged_per_batch_size(swept, tmp_path):
