@@ -257,9 +257,10 @@ def resolved_rows(table: dict, max_shift: float = MAX_SOLVER_SHIFT) -> tuple[np.
     Usable: converged, or stopped at `max_iterations` with `solver_shift <= max_shift` (the solver's part of
     the errors, scaled like the residual: relative to entries above 1, absolute below; the rank-2 semantic
     rows, whose finite-rule map jumps by one node's weight near the fixed point). A converged row without
-    a quadrature error (NaN) leaves every comparison with a stopped row unresolved. The uncertainty of `train_loss` is its `train_loss_err`, plus, for a row
-    that did not converge, `|train_loss - energetic_loss|` (the two agree at a fixed point and separate at
-    first order in the distance from it). Tables without `status`/`solver_shift` use converged rows only.
+    a quadrature error (NaN) leaves every comparison with a stopped row unresolved. The uncertainty of
+    `train_loss` is its `train_loss_err`, plus, for a row that did not converge, `|train_loss -
+    energetic_loss|` (the two agree at a fixed point and separate at first order in the distance from it).
+    Tables without `status`/`solver_shift` use converged rows only.
     """
     conv = np.asarray(table["converged"]).astype(bool)
     finite = np.isfinite(np.asarray(table["train_loss"], float))
@@ -326,7 +327,8 @@ def crossing_status(root: float, delta) -> str:
 def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: str = "positional",
                      semantic: str = "semantic") -> dict[str, np.ndarray]:
     """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (rows usable by
-    `resolved_rows`, the error from their two `e_t` uncertainties), and `alpha_l` where the global minimum's test error drops below
+    `resolved_rows`, the error from their two `e_t` uncertainties), and `alpha_l` where the global minimum's
+    test error drops below
     the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `crossing_status`."""
     out = {k: [] for k in ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
                            "alpha_l_status", "eps_lin")}
