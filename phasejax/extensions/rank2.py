@@ -328,8 +328,8 @@ def thresholds_table(table: dict, params: TiedAttentionParams, *, positional: st
                      semantic: str = "semantic") -> dict[str, np.ndarray]:
     """Per omega: `alpha_c` where the `semantic` rows' `e_t` drops below the `positional` rows' (rows usable by
     `resolved_rows`, the error from their two `e_t` uncertainties), and `alpha_l` where the global minimum's
-    test error drops below
-    the linear baseline's `eps_lin` (theory notes, sections 5-6). Status: `crossing_status`."""
+    test error drops below the linear baseline's `eps_lin` (theory notes, sections 5-6). Status:
+    `crossing_status`."""
     out = {k: [] for k in ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
                            "alpha_l_status", "eps_lin")}
     usable, unc = resolved_rows(table)
@@ -552,7 +552,7 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
                     err = e_t_unc[near] if key == "train_loss" else th[f"{key}_err"][near]
                     ax.errorbar(th["alpha"][near], th[key][near], yerr=err, fmt="x", color=c, ms=7, capsize=2,
                                 label=f"SE, {name} init, stopped near its fixed point (+- solver and quadrature)")
-                sel = at & th["converged"].astype(bool)
+                sel = at & conv
                 if not sel.any():
                     continue
                 a, v, e = th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel]

@@ -1340,6 +1340,12 @@ def exact_floor_check(result: InductionResult, *, eval_seed: int, n_eval: int, S
     return {k: np.asarray(v) for k, v in rows.items()}
 
 
+def _prev_token_profile(result: InductionResult, run: int) -> np.ndarray:
+    """Run `run`'s first-layer mass `A_1[t, t-1]` at the queries `t = 1 .. T-1` (0-based), shape `(T - 1,)`."""
+    p = result.positions
+    return np.asarray(p["prev_token_attention_1"][p["run"] == run], float)[1:]
+
+
 def _prev_token_by_position(result: InductionResult, runs: np.ndarray, threshold: float) -> dict:
     """Where along the sequence the first layer's previous-token mass `A_1[t, t-1]` falls short of `threshold`.
 
@@ -1349,11 +1355,9 @@ def _prev_token_by_position(result: InductionResult, runs: np.ndarray, threshold
     mass reaches `threshold` (run means). Key `j` is read by the queries
     `t >= j` only, so the last positions get the least training signal.
     """
-    p = result.positions
     first, last, frac = [], [], []
     for i in runs:
-        sel = p["run"] == i
-        prof = np.asarray(p["prev_token_attention_1"][sel], float)[1:]       # queries t = 1 .. T-1 (0-based)
+        prof = _prev_token_profile(result, i)
         cut = (3 * (len(prof) + 1)) // 4
         first.append(np.mean(prof[:cut - 1]))
         last.append(np.mean(prof[cut - 1:]))
@@ -1722,7 +1726,7 @@ def plot_prev_token_by_position(result: InductionResult, path: str, T: int | Non
 
     from phasejax.plotting import save_figure
 
-    r, p = result.runs, result.positions
+    r = result.runs
     two = np.flatnonzero((r["model"] == "disentangled") & (r["layers"] == 2))
     if two.size == 0:
         raise ValueError("the result has no 2-layer disentangled runs")
@@ -1740,7 +1744,7 @@ def plot_prev_token_by_position(result: InductionResult, path: str, T: int | Non
             runs = two[(r["batch_size"][two] == batch) & (r["S"][two] == S)]
             if runs.size == 0:
                 continue
-            prof = np.stack([np.asarray(p["prev_token_attention_1"][p["run"] == i], float)[1:] for i in runs])
+            prof = np.stack([_prev_token_profile(result, i) for i in runs])
             mean = float(prof.mean())
             line, = ax.plot(t, prof.mean(0), color=f"C{b}", ls=styles[k % len(styles)], lw=1.3,
                             label=f"{int(batch)} chains/step, S={int(S)}: mean {mean:.3f}")
