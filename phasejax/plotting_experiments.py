@@ -97,11 +97,12 @@ def plot_training_vs_theory(runs, theory, path: str, omega: float) -> str:
     return save_figure(fig, path)
 
 
-def plot_finite_size_scaling(ds, stats: dict, se: dict, path: str, alpha: float) -> str:
+def plot_finite_size_scaling(ds, stats: dict, se: dict, path: str, alpha: float, adjusted: dict | None = None) -> str:
     """`m` (positional init) and `theta` (semantic init) vs `d`, and their distance to the SE, log-log.
 
     `stats[(key, init)] = (mean (D,), std (D,), n_seeds)` (`n_seeds` an int or a `(D,)` array of
-    counts); `se[key]` the SE value.
+    counts); `se[key]` the SE value; `adjusted[(key, init)] = (D, 2)` teacher-norm adjusted means and their
+    standard errors (`phasejax.empirics.teacher_adjusted_mean`), drawn as open markers on the right.
     """
     ds = np.asarray(ds, float)
     fig = Figure(figsize=(11.5, 4.3))
@@ -116,6 +117,10 @@ def plot_finite_size_scaling(ds, stats: dict, se: dict, path: str, alpha: float)
         ax1.axhline(se[key], color=c, ls="--", lw=1, label=f"SE {lab.split()[0]} ($d \\to \\infty$)")
         ax2.errorbar(ds, np.abs(mu - se[key]), sd / np.sqrt(ns), fmt="o-", color=c, capsize=2, ms=4,
                      label=f"|mean - SE| $\\pm$ s.e., {lab.split()[0]}")
+        if adjusted is not None:
+            adj = np.asarray(adjusted[key, code], float)
+            ax2.errorbar(ds * 1.06, np.abs(adj[:, 0] - se[key]), adj[:, 1], fmt="s--", color=c, mfc="white",
+                         capsize=2, ms=4, lw=1, label=f"same, teacher-norm adjusted, {lab.split()[0]}")
         ax2.plot(ds, sd, ":", color=c, label=f"seed s.d., {lab.split()[0]}")
     ax2.plot(ds, 0.5 * ds**-0.5, "k--", lw=1, label=r"$\propto d^{-1/2}$")
     ax1.set_xscale("log")

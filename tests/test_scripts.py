@@ -110,7 +110,12 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
     from phasejax.empirics import write_runs_csv
     from phasejax.io import atomic_write_json, read_csv
 
+    from phasejax.empirics import teacher_norms
+
     runs = _synthetic_runs((1.5,), (10, 40), (0, 1), 3, lambda k: 0)
+    # theta of the semantic runs at d = 10 exactly proportional to each seed's teacher norm
+    sel = (runs["init"] == 1) & (runs["d"] == 10)
+    runs["theta"][sel] = 0.13 * teacher_norms(runs["seed"][sel], 10)
     write_runs_csv(runs, str(tmp_path / "runs.csv"))
     atomic_write_json(str(tmp_path / "se.json"), dict(alpha=1.5, omega=0.3, m=0.25, theta=0.13))
     assert main(["scaling", "--replot", "--out", str(tmp_path)]) == 0
@@ -120,4 +125,7 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
         v = runs[key][(runs["init"] == code) & (runs["d"] == d)]
         np.testing.assert_allclose(table["mean"][row], v.mean())
         np.testing.assert_allclose(table["abs_dev_from_se"][row], abs(v.mean() - {"m": 0.25, "theta": 0.13}[key]))
+    row = (table["overlap"] == "theta") & (table["d"] == 10)
+    np.testing.assert_allclose(table["adj_mean"][row], 0.13, rtol=1e-6)    # the teacher draw removed exactly
+    assert table["abs_dev_adj"][row] < 1e-6 < table["abs_dev_from_se"][row]
     assert (tmp_path / "scaling.png").stat().st_size > 10_000

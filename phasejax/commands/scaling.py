@@ -1,6 +1,6 @@
 """Finite-size scaling of the trained overlaps m (positional init) and theta (semantic init) towards the SE.
 
-    phasejax scaling                         # CPU preset: alpha = 1.5, omega = 0.3, d = 10 ... 1000, 10 seeds
+    phasejax scaling                         # CPU preset: alpha = 1.5, omega = 0.3, d = 10 ... 4000, 16 seeds
     phasejax scaling --ds 20 100 500 --seeds 4
     phasejax scaling --preset gpu            # d up to 4000, 40 seeds
     phasejax scaling --replot                # redraw scaling.png and summary.csv from <out>/runs.csv, se.json
@@ -10,7 +10,7 @@ each resumable under --run-dir/d<d>/; the SE fixed points of both subspaces
 (with their quadrature errors) are the d -> inf reference. Writes --out
 (default results/scaling/): runs.csv (every run, all d; `read_runs_csv` loads it),
 summary.csv (per overlap and d: mean, standard deviation, standard error,
-distance to the SE), se.json, scaling.png and summary.json.
+distance to the SE, and the teacher-norm adjusted mean and its distance), se.json, scaling.png and summary.json.
 """
 
 from __future__ import annotations
@@ -31,16 +31,18 @@ from phasejax.commands.experiment_flags import (
 )
 
 NAME = "scaling"
+CHUNK_BYTES = 2**32
+"""Memory cap of one vmapped chunk of runs (4 GiB): at large d a chunk holds fewer runs than --chunk-size."""
 HELP = "finite-size scaling of the trained overlaps towards the state-evolution fixed points"
 
 PRESETS = {
-    "cpu": dict(ds=[10, 20, 50, 100, 200, 500, 1000], seeds=10),
+    "cpu": dict(ds=[10, 20, 50, 100, 200, 500, 1000, 2000, 4000], seeds=16),
     "gpu": dict(ds=[10, 20, 50, 100, 200, 500, 1000, 2000, 4000], seeds=40),
 }
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 10 ... 1000, 10 seeds; gpu: d = 10 ... 4000, 40 seeds")
+    add_preset(ap, "cpu: d = 10 ... 4000, 16 seeds; gpu: d = 10 ... 4000, 40 seeds")
     ap.add_argument("--alpha", type=positive_float, default=1.5)
     ap.add_argument("--omega", type=unit_interval, default=0.3)
     ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
@@ -54,30 +56,40 @@ def add_arguments(ap) -> None:
 
 def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
     """Per overlap (`m` from the positional init, `theta` from the semantic one) and `d`: mean, standard
-    deviation and error over seeds and the distance to the SE value `se[key]`; writes summary.csv and
-    scaling.png into `out` and returns their paths."""
+    deviation and error over seeds, the distance to the SE value `se[key]`, and the same mean with the
+    teacher's norm as control variate (`adj_mean`, `adj_sem`, `abs_dev_adj`;
+    `phasejax.empirics.teacher_adjusted_mean`, from 3 seeds up); writes summary.csv and scaling.png into
+    `out` and returns their paths."""
     import numpy as np
 
+    from phasejax.empirics import teacher_adjusted_mean, teacher_norms
     from phasejax.io import write_csv
     from phasejax.plotting_experiments import plot_finite_size_scaling
 
     ds = np.unique(np.asarray(runs["d"]))
-    summary = dict(overlap=[], d=[], mean=[], std=[], sem=[], abs_dev_from_se=[], se=[], se_err=[], n=[])
-    stats = {}
+    summary = dict(overlap=[], d=[], mean=[], std=[], sem=[], abs_dev_from_se=[], adj_mean=[], adj_sem=[],
+                   abs_dev_adj=[], se=[], se_err=[], n=[])
+    stats, adjusted = {}, {}
     for key, code in (("m", 0), ("theta", 1)):
-        mean, std, count = [], [], []
+        mean, std, count, adj = [], [], [], []
         for d in ds:
-            v = np.asarray(runs[key])[(np.asarray(runs["init"]) == code) & (np.asarray(runs["d"]) == d)]
+            sel = (np.asarray(runs["init"]) == code) & (np.asarray(runs["d"]) == d)
+            v = np.asarray(runs[key], float)[sel]
+            rho = teacher_norms(np.asarray(runs["seed"])[sel], int(d))
             mean.append(v.mean())
             std.append(v.std(ddof=1) if v.size > 1 else np.nan)
             count.append(v.size)
+            adj.append(teacher_adjusted_mean(v, rho) if v.size >= 3 else (np.nan, np.nan))
             for name, value in (("overlap", key), ("d", int(d)), ("mean", mean[-1]), ("std", std[-1]),
                                 ("sem", std[-1] / np.sqrt(v.size)), ("abs_dev_from_se", abs(mean[-1] - se[key])),
+                                ("adj_mean", adj[-1][0]), ("adj_sem", adj[-1][1]),
+                                ("abs_dev_adj", abs(adj[-1][0] - se[key])),
                                 ("se", se[key]), ("se_err", se.get(key + "_err", np.nan)), ("n", v.size)):
                 summary[name].append(value)
         stats[key, code] = (np.asarray(mean), np.asarray(std), np.asarray(count))
+        adjusted[key, code] = np.asarray(adj, float)
     return [write_csv(os.path.join(out, "summary.csv"), summary),
-            plot_finite_size_scaling(ds, stats, se, os.path.join(out, "scaling.png"), alpha)]
+            plot_finite_size_scaling(ds, stats, se, os.path.join(out, "scaling.png"), alpha, adjusted=adjusted)]
 
 
 def run(args) -> int:
@@ -116,7 +128,11 @@ def run(args) -> int:
     t0 = time.perf_counter()
     for d in ds:
         grid = TrainingGrid(alphas=(args.alpha,), omegas=(args.omega,), seeds=tuple(range(seeds)), d=d)
-        out = train_students(grid, params, dtype=dtype_from(args), options=sub_options(options, f"d{d}"))
+        opts = sub_options(options, f"d{d}")
+        # about 5 n L d floats per run in a chunk (train_students): cap a chunk at CHUNK_BYTES
+        per_run = 5 * grid.n_max * params.L * d * np.dtype(args.dtype).itemsize
+        opts = opts.replace(chunk_size=max(1, min(opts.chunk_size, int(CHUNK_BYTES // per_run))))
+        out = train_students(grid, params, dtype=dtype_from(args), options=opts)
         if out is None:
             return not_finished(options)
         parts.append(out)

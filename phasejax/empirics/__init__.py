@@ -16,12 +16,15 @@ from phasejax.empirics.data import (
     sample_count,
     sample_tokens,
     teacher_labels,
+    teacher_norm,
 )
 from phasejax.empirics.metrics import (
     SOLUTIONS,
     classify_solution,
     fresh_test_error,
     gauss_hermite_rule,
+    teacher_adjusted_mean,
+    teacher_norms,
     test_error_from_overlaps,
 )
 from phasejax.empirics.students import (
@@ -76,6 +79,6 @@ __all__ = [
     "cast_params", "check_data", "classify_solution", "fresh_test_error", "gauss_hermite_rule", "generate_data",
     "init_weights", "make_student", "minimize", "overlaps_of", "positional_directions", "positional_init",
     "random_init", "read_runs_csv", "run_keys", "sample_count", "sample_tokens", "semantic_init", "student_risk",
-    "teacher_labels", "test_error_from_overlaps", "train_run", "train_student", "train_students",
+    "teacher_adjusted_mean", "teacher_labels", "teacher_norm", "teacher_norms", "test_error_from_overlaps", "train_run", "train_student", "train_students",
     "training_config", "write_runs_csv",
 ]

@@ -171,6 +171,21 @@ def generate_data(key: Array, params: TiedAttentionParams, d: int, n: int, *,
         return TiedAttentionData(x=x, y=teacher_labels(x, Qstar, params), p=params.C @ u, u=u, Qstar=Qstar)
 
 
+def teacher_norm(seed, d: int, t: int = 1) -> Array:
+    """`tr(Q*^T Q*) / (d t)` of run `seed`'s teacher, shape `()` float32 (`E = 1`, standard deviation `sqrt(2 / (d t))`).
+
+    Draws only the teacher, with the keys `generate_data(run_keys(seed)["data"], ...)` uses, so it equals
+    `jnp.sum(data.Qstar ** 2) / (d t)` of every run of `seed` at size `d` (any `alpha`, `L`, dtype: the teacher is
+    drawn in float32 first) without building the tokens. `seed` may be traced (vmap over seeds); `d`, `t` static.
+    Used as a control variate for seed means (`phasejax.empirics.teacher_adjusted_mean`).
+    """
+    d = check_positive_int(d, "d")
+    t = check_positive_int(t, "t")
+    _, k_q = jax.random.split(run_keys(seed)["data"])
+    Qstar = standard_normal(k_q, (d, t), jnp.float32)
+    return jnp.sum(Qstar**2) / (d * t)
+
+
 def check_data(data: TiedAttentionData, params: TiedAttentionParams | None = None) -> TiedAttentionData:
     """Raise `ValueError` on mismatched shapes or non-finite entries (when concrete); returns `data`."""
     x, y, p, u, Qstar = data.x, data.y, data.p, data.u, data.Qstar

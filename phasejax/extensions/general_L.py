@@ -68,7 +68,7 @@ PRESETS = {
         sigmas={"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)},
         log2_n=10, n_replicas=4,
         train_alphas=(1.1, 2.1),
-        seeds=(0, 1, 2),
+        seeds=tuple(range(8)),
         ds=(200, 400, 800),
     ),
     "gpu": dict(
@@ -82,7 +82,7 @@ PRESETS = {
     ),
 }
 """`cpu`: 4 alpha x 2 branches x 2 sigma settings of SE (Sobol 4 x 2^10 points), students at 2 alpha x
-2 inits x 3 seeds x 3 sizes (equal sigma); `gpu`: 19 alpha, Sobol 4 x 2^14, 8 seeds, 5 sizes (not run)."""
+2 inits x 8 seeds x 3 sizes (equal sigma); `gpu`: 19 alpha, Sobol 4 x 2^14, 8 seeds, 5 sizes (not run)."""
 
 C3 = ((1.0,), (0.0,), (-1.0,))
 """Positional encodings of the three tokens, `p_l = C[l] u` (`(3, 1)`)."""
@@ -143,15 +143,17 @@ def theory_curve(alphas, omega: float, params: TiedAttentionParams, *, log2_n: i
 
 def plot(outputs: ExtensionOutputs, path: str) -> str:
     """Left: SE test error and training loss along alpha (both branches, equal and unequal sigma; 95% bands)
-    with experiments (mean +- standard error over seeds). Right: relative gap |experiment - SE| / SE of
-    q, m (positional) or theta (semantic), e_t against d (log-log)."""
+    with experiments (mean +- standard error over seeds). Right: signed relative gap (experiment - SE) / |SE|
+    of q, m (positional) or theta (semantic), e_t and eps_g against d, the experiments' seed mean adjusted for
+    each seed's teacher norm (`relative_gaps(..., teacher_adjusted=True)`), +- 1 standard error."""
     from matplotlib.figure import Figure
 
     from phasejax.plotting import save_figure
 
     th, runs = outputs.theory, outputs.runs
-    fig = Figure(figsize=(15, 4.8))
-    ax_err, ax_ov, ax_gap = fig.subplots(1, 3)
+    fig = Figure(figsize=(21, 4.8), layout="constrained")
+    ax_err, ax_ov, ax_gap_sem, ax_gap_pos = fig.subplots(1, 4)
+    gap_axes = {"semantic": ax_gap_sem, "positional": ax_gap_pos}
     colors = {"positional": "C1", "semantic": "C0"}
     for setting, style in (("equal", "-"), ("unequal", "--")):
         for b in PHASE_BRANCHES:
@@ -183,21 +185,34 @@ def plot(outputs: ExtensionOutputs, path: str) -> str:
     ax_ov.set(xlabel=r"$\alpha$", ylabel="overlap", title=r"$m$ (positional branch), $\theta_1$ (semantic branch)")
     ax_err.legend(fontsize=7, loc="upper right")
     ax_ov.legend(fontsize=7, loc="best")
-    gaps = relative_gaps(runs)
-    markers = {"q": "o", "m": "s", "theta": "^", "train_loss": "D"}
+    gaps = relative_gaps(runs, teacher_adjusted=True)
+    markers = {"q": "o", "m": "s", "theta": "^", "train_loss": "D", "test_error": "v"}
+    alphas = sorted(set(gaps["alpha"].astype(float)))
+    ds_all = np.asarray(sorted(set(gaps["d"].astype(float))))
     for b in PHASE_BRANCHES:
-        for key in ("q", "m" if b == "positional" else "theta", "train_loss"):
-            sel = (gaps["se_branch"] == b) & np.isfinite(gaps[key + "_gap"])
-            if not sel.any():
-                continue
-            for a in sorted(set(gaps["alpha"][sel].astype(float))):
+        ax = gap_axes[b]
+        for key in ("q", "m" if b == "positional" else "theta", "train_loss", "test_error"):
+            sel = (gaps["se_branch"] == b) & np.isfinite(gaps[key + "_adj_gap"])
+            for j, a in enumerate(alphas):
                 s = sel & np.isclose(gaps["alpha"].astype(float), a)
+                if not s.any():
+                    continue
                 o = np.argsort(gaps["d"][s].astype(float))
-                ax_gap.loglog(gaps["d"][s].astype(float)[o], gaps[key + "_gap"][s][o], marker=markers[key],
-                              color=colors[b], alpha=0.5 + 0.5 * (a == max(gaps["alpha"].astype(float))),
-                              label=f"{b}, {key}, $\\alpha$={a:g}")
-    ax_gap.set(xlabel="d", ylabel="|mean over seeds - SE| / |SE|", title="gap to theory against d (equal $\\sigma_l$)")
-    ax_gap.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+                # small horizontal offsets keep the error bars apart
+                shift = 1.0 + 0.03 * (list(markers).index(key) - 2) + 0.12 * j
+                name = {"theta": "$\\theta_1$", "train_loss": "$e_t$", "test_error": "$\\epsilon_g$"}.get(key, f"${key}$")
+                ax.errorbar(gaps["d"][s].astype(float)[o] * shift, 100 * gaps[key + "_adj_gap"][s][o],
+                            100 * gaps[key + "_adj_gap_err"][s][o], marker=markers[key], color=f"C{list(markers).index(key)}",
+                            ls="-" if a == max(alphas) else ":", capsize=2, ms=5, lw=1,
+                            mfc=f"C{list(markers).index(key)}" if a == max(alphas) else "white",
+                            label=f"{name}, $\\alpha$={a:g}")
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xticks(ds_all, [f"{int(x)}" for x in ds_all])
+        ax.set_xticks([], minor=True)
+        ax.set(xlabel="d", ylabel="(adjusted seed mean - SE) / |SE|  [%]",
+               title=f"{b} branch: gap to the SE against d ($\\pm$ 1 s.e.)")
+        ax.legend(fontsize=7, loc="best", ncol=2)
     fig.suptitle("L = 3 tokens, C = [1, 0, -1], A = 0.6 I + 0.2 (off-diagonal): SE (Sobol, 95% quadrature bands) "
                  "and trained students grouped by the branch they reached (mean $\\pm$ standard error over seeds)", fontsize=10)
     return save_figure(fig, path)
@@ -236,6 +251,6 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
                    phase_configs=configs)
     outputs = ExtensionOutputs(theory=theory, runs=runs, thresholds=concat_tables(thresholds), summary=summary)
     paths = outputs.write(out_dir)
-    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs)))
+    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs, teacher_adjusted=True)))
     paths.append(plot(outputs, os.path.join(out_dir, "general_L.png")))
     return paths

@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
+from phasejax.empirics.metrics import teacher_adjusted_mean, teacher_norms
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
@@ -457,17 +458,17 @@ def train_rank2(alphas, omegas, seeds, *, d: int, params: TiedAttentionParams | 
     return train_table(one, tasks, cfg, d, INITS, options)
 
 
-def attach_theory(runs: dict, theory: dict) -> dict:
-    """Add `train_loss_theory`, `test_error_theory`: the theory row of the run's `(alpha, omega, init)` (NaN if
-    there is none or it did not converge)."""
-    out = {k: np.full(len(runs["alpha"]), np.nan) for k in ("train_loss_theory", "test_error_theory")}
+def attach_theory(runs: dict, theory: dict, keys=("train_loss", "test_error")) -> dict:
+    """Add `<key>_theory` for each of `keys` (default `train_loss_theory`, `test_error_theory`): the theory row
+    of the run's `(alpha, omega, init)` (NaN if there is none or it did not converge)."""
+    out = {f"{k}_theory": np.full(len(runs["alpha"]), np.nan) for k in keys}
     for i in range(len(runs["alpha"])):
         sel = (np.isclose(theory["alpha"], runs["alpha"][i]) & np.isclose(theory["omega"], runs["omega"][i])
                & (theory["init"] == runs["init"][i]) & theory["converged"].astype(bool))
         if sel.any():
             j = np.flatnonzero(sel)[0]
-            out["train_loss_theory"][i] = theory["train_loss"][j]
-            out["test_error_theory"][i] = theory["test_error"][j]
+            for k in keys:
+                out[f"{k}_theory"][i] = theory[k][j]
     return {**runs, **out}
 
 
@@ -567,7 +568,7 @@ def make_figure(result: ExtensionResult, *, title: str, inits=INITS, keys=("trai
                     off = (k - (len(dims) - 1) / 2) * 0.02
                     ax.errorbar(sm["alpha"] + off, sm["mean"], yerr=sm["sem"], fmt=markers[k % 4], color=c,
                                 mfc="white" if k == 0 else c, ms=5, capsize=2, lw=1,
-                                label=f"GD, {name} init, d={d}")
+                                label=f"L-BFGS, {name} init, d={d}")
             ax.set_xlabel(r"sample complexity $\alpha = n/d$")
             ax.set_ylabel(labels[i])
             ax.set_title(f"$\\omega$ = {om:g}")
@@ -644,17 +645,32 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
     return paths
 
 
-def agreement(runs: dict) -> list[dict]:
-    """Per `(d, omega, alpha, init)`: seed-mean test error and train loss vs theory, relative deviations."""
+def agreement(runs: dict, keys=("test_error", "train_loss"), *, teacher_adjusted: bool = False) -> list[dict]:
+    """Per `(d, omega, alpha, init)` and quantity in `keys`: seed mean and standard error against the theory
+    (`<key>_theory`, `attach_theory`), `rel_dev = |mean / theory - 1|`.
+
+    `teacher_adjusted=True` adds `adj_mean`, `adj_sem` (the seed mean with each seed's teacher norm as control
+    variate, `phasejax.empirics.teacher_adjusted_mean`; NaN below 3 seeds) and the signed
+    `adj_rel_dev = adj_mean / theory - 1`."""
     out = []
-    for key in ("test_error", "train_loss"):
+    for key in keys:
         sm = seed_means(runs, key)
         th = seed_means(runs, f"{key}_theory")
         for i in range(len(sm["mean"])):
-            out.append(dict(quantity=key, d=int(sm["d"][i]), omega=float(sm["omega"][i]),
-                            alpha=float(sm["alpha"][i]), init=str(sm["init"][i]), mean=float(sm["mean"][i]),
-                            sem=float(sm["sem"][i]), theory=float(th["mean"][i]),
-                            rel_dev=float(abs(sm["mean"][i] / th["mean"][i] - 1))))
+            row = dict(quantity=key, d=int(sm["d"][i]), omega=float(sm["omega"][i]),
+                       alpha=float(sm["alpha"][i]), init=str(sm["init"][i]), mean=float(sm["mean"][i]),
+                       sem=float(sm["sem"][i]), theory=float(th["mean"][i]),
+                       rel_dev=float(abs(sm["mean"][i] / th["mean"][i] - 1)))
+            if teacher_adjusted:
+                sel = ((runs["d"] == sm["d"][i]) & (runs["omega"] == sm["omega"][i])
+                       & (runs["alpha"] == sm["alpha"][i]) & (runs["init"] == sm["init"][i]))
+                seeds, v = np.asarray(runs["seed"])[sel], np.asarray(runs[key], float)[sel]
+                a, e = np.nan, np.nan
+                if len(seeds) >= 3 and np.all(np.isfinite(v)):
+                    rho = teacher_norms(seeds, int(sm["d"][i]))
+                    a, e = teacher_adjusted_mean(v, rho)
+                row.update(adj_mean=float(a), adj_sem=float(e), adj_rel_dev=float(a / th["mean"][i] - 1))
+            out.append(row)
     return out
 
 

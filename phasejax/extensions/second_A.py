@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.empirics.metrics import teacher_adjusted_mean, teacher_norms
 from phasejax.empirics.sweep import TrainingGrid, TrainingRuns, train_students
 from phasejax.empirics.training import TrainConfig
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
@@ -60,8 +61,8 @@ PRESETS = {
         log2_n=10, n_replicas=4,
         train_alphas=(0.6, 1.05, 1.5, 2.0),
         train_omega=0.3,
-        seeds=(0, 1, 2, 3),
-        ds=(200, 800),
+        seeds=tuple(range(8)),
+        ds=(200, 400, 800, 1600),
     ),
     "gpu": dict(
         alphas=tuple(np.round(np.arange(0.2, 3.01, 0.1), 6)),
@@ -69,13 +70,13 @@ PRESETS = {
         log2_n=None, n_replicas=None,
         train_alphas=(0.5, 0.7, 1.0, 1.3, 1.5, 1.7, 2.0, 2.5),
         train_omega=0.3,
-        seeds=tuple(range(10)),
-        ds=(200, 400, 800, 1600),
+        seeds=tuple(range(16)),
+        ds=(200, 400, 800, 1600, 3200),
     ),
 }
 """`cpu`: the committed results (8 alpha x 4 omega theory with `SobolRule(4, 2^10 x 4)`; 4 alpha x 2 inits x
-4 seeds x d in {200, 800}); `gpu`: a finer theory grid (29 x 13) with the converged default rule
-(`SplitProductRule`, `log2_n=None`) and 10 seeds at four sizes (not run)."""
+8 seeds x d in {200, 400, 800, 1600}); `gpu`: a finer theory grid (29 x 13) with the converged default rule
+(`SplitProductRule`, `log2_n=None`) and 16 seeds at five sizes up to 3200 (not run)."""
 
 
 def second_A_params(alpha=1.0, omega=0.3, *, A=PAPER_A_ASYMMETRIC, sigma=0.5, lam=0.01) -> TiedAttentionParams:
@@ -263,15 +264,23 @@ BY_BRANCH = ("d", "se_branch", "alpha", "omega")
 """Default grouping of runs: size, the branch the run reached (`attach_theory`), alpha, omega."""
 
 
-def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH):
+def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH, *,
+               teacher_adjusted: bool = False):
     """Mean and standard error over seeds of `keys`, grouped by `by`: a table with `<key>_mean`, `<key>_sem`,
     `n_seeds` (distinct seeds; runs of one seed in a group, e.g. two inits reaching the same minimum, are
-    averaged first)."""
+    averaged first).
+
+    `teacher_adjusted=True` adds `<key>_adj_mean`, `<key>_adj_sem`: the seed mean with the teacher's norm as
+    control variate (`phasejax.empirics.teacher_adjusted_mean`; the norm of each seed's rank-1 teacher is
+    recomputed from `seed` and `d`, so `by` must hold `"d"`). NaN for groups with fewer than 3 seeds."""
+    if teacher_adjusted and "d" not in by:
+        raise ValueError(f"teacher_adjusted needs 'd' among the grouping columns, got by={by!r}")
     groups = {}
     for j in range(len(runs["alpha"])):
         groups.setdefault(tuple(runs[b][j] for b in by), []).append(j)
     out = {b: [] for b in by}
-    out.update({f"{k}_{s}": [] for k in keys for s in ("mean", "sem")})
+    stats = ("mean", "sem", "adj_mean", "adj_sem") if teacher_adjusted else ("mean", "sem")
+    out.update({f"{k}_{s}": [] for k in keys for s in stats})
     out["n_seeds"] = []
     for g, idx in groups.items():
         for b, v in zip(by, g):
@@ -279,27 +288,42 @@ def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"),
         # runs of one seed share the data set: two inits of a seed that reach the same minimum count once
         seeds = np.asarray(runs["seed"])[idx] if "seed" in runs else np.arange(len(idx))
         unique = np.unique(seeds)
+        rho = teacher_norms(unique, int(g[by.index("d")])) if teacher_adjusted and len(unique) >= 3 else None
         for k in keys:
             v = np.asarray(runs[k], float)[idx]
             v = np.asarray([np.mean(v[seeds == s]) for s in unique])
             out[k + "_mean"].append(np.mean(v))
             out[k + "_sem"].append(np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan)
+            if teacher_adjusted:
+                a, e = teacher_adjusted_mean(v, rho) if rho is not None and np.all(np.isfinite(v)) else (np.nan, np.nan)
+                out[k + "_adj_mean"].append(a)
+                out[k + "_adj_sem"].append(e)
         out["n_seeds"].append(len(unique))
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH) -> dict:
+def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH, *,
+                  teacher_adjusted: bool = False) -> dict:
     """Per group `by` (default: `d`, the branch reached, `alpha`, `omega`): `|mean over seeds - SE| / |SE|` for each key with a theory value
     (columns `<key>_gap`; NaN where the theory is missing or, for `m` and `theta`, `|SE| < 5e-3`: an overlap that is zero in the
-    limit, e.g. `m` on the semantic branch, has no relative gap)."""
-    means = seed_means(runs, keys, by)
+    limit, e.g. `m` on the semantic branch, has no relative gap).
+
+    `teacher_adjusted=True` adds, from `seed_means(..., teacher_adjusted=True)`, the signed relative gap of the
+    teacher-adjusted mean `<key>_adj_gap = (adj_mean - SE) / |SE|` and its standard error `<key>_adj_gap_err =
+    adj_sem / |SE|` (the experiments' statistical error only; the SE's quadrature error is in `<key>_se_err`)."""
+    means = seed_means(runs, keys, by, teacher_adjusted=teacher_adjusted)
     se = seed_means({**runs, **{k: runs[k + "_se"] for k in keys}}, keys, by)
     out = {k: means[k] for k in tuple(by) + ("n_seeds",)}
     for k in keys:
         th, ex = se[k + "_mean"], means[k + "_mean"]
         big = np.abs(th) > (5e-3 if k in ("m", "theta") else 0.0)
+        den = np.where(big, np.abs(th), 1.0)
         out[k + "_mean"], out[k + "_sem"], out[k + "_se"] = ex, means[k + "_sem"], th
-        out[k + "_gap"] = np.where(big, np.abs(ex - th) / np.where(big, np.abs(th), 1.0), np.nan)
+        out[k + "_gap"] = np.where(big, np.abs(ex - th) / den, np.nan)
+        if teacher_adjusted:
+            out[k + "_adj_mean"], out[k + "_adj_sem"] = means[k + "_adj_mean"], means[k + "_adj_sem"]
+            out[k + "_adj_gap"] = np.where(big, (means[k + "_adj_mean"] - th) / den, np.nan)
+            out[k + "_adj_gap_err"] = np.where(big, means[k + "_adj_sem"] / den, np.nan)
     return out
 
 
@@ -434,6 +458,6 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
     )
     outputs = ExtensionOutputs(theory=theory, runs=runs, thresholds=thresholds_table(pd), summary=summary)
     paths = outputs.write(out_dir)
-    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs)))
+    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs, teacher_adjusted=True)))
     paths.append(plot(outputs, os.path.join(out_dir, "second_A.png"), standard, P["train_omega"]))
     return paths

@@ -65,7 +65,7 @@ INITS = ("positional", "semantic")
 
 PRESETS = {
     "cpu": dict(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
-                run_alphas=(1.3, 2.1, 2.9), run_omegas=(0.3,), seeds=(0, 1, 2), dims=(200, 800)),
+                run_alphas=(1.3, 2.1, 2.9), run_omegas=(0.3,), seeds=tuple(range(8)), dims=(200, 800)),
     "gpu": dict(alphas=tuple(np.round(np.arange(0.2, 3.01, 0.2), 10)), omegas=(0.0, 0.1, 0.2, 0.3, 0.4),
                 log2_n=12, n_replicas=4, run_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), run_omegas=(0.0, 0.3),
                 seeds=(0, 1, 2, 3, 4), dims=(200, 400, 800, 1600)),
@@ -73,6 +73,10 @@ PRESETS = {
 """`cpu`: the committed results (2 cores); `gpu`: a larger grid (documented, not run)."""
 
 TIED_THRESHOLDS = os.path.join("results", "phase_diagram", "thresholds.csv")
+
+
+AGREEMENT_KEYS = ("test_error", "train_loss", "q", "m", "theta")
+"""Quantities compared with the SE per `(d, alpha, init)` in `summary.json`'s `agreement` (query-side overlaps)."""
 
 
 def untied_student(h: Array, params: TiedAttentionParams) -> Array:
@@ -226,11 +230,12 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
     runs = [train_untied(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
                          options=opts(f"runs_d{d}", 12)) for d in P["dims"]]
     runs = {k: np.concatenate([r[k] for r in runs]) for k in runs[0]}
-    runs = attach_theory(runs, theory)
+    runs = attach_theory(runs, theory, keys=AGREEMENT_KEYS)
     thresholds = compare_thresholds(thresholds_table(theory, params), read_tied_thresholds())
     from phasejax.extensions.rank2 import agreement
 
-    summary = dict(extension=NAME, preset=preset, presets=P, rule=scheme_config(rule), agreement=agreement(runs),
+    summary = dict(extension=NAME, preset=preset, presets=P, rule=scheme_config(rule),
+                   agreement=agreement(runs, AGREEMENT_KEYS, teacher_adjusted=True),
                    thresholds={k: np.asarray(v).tolist() for k, v in thresholds.items()})
     result = ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary)
     paths = result.write(out_dir)

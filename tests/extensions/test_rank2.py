@@ -12,6 +12,8 @@ from phasejax.empirics.training import TrainConfig
 from phasejax.extensions.rank2 import (
     INITS,
     ExtensionResult,
+    agreement,
+    attach_theory,
     classify_fixed_point,
     crossing_status,
     crossing_with_error,
@@ -31,7 +33,7 @@ from phasejax.extensions.rank2 import (
     train_rank2,
 )
 from phasejax.precision import float64_scope
-from phasejax.theory import SEConfig, make_params, solve_state_evolution
+from phasejax.theory import make_params, solve_state_evolution
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import FixedRule, Quadrature, gauss_hermite
 from phasejax.theory.solver import BranchInit, SEConfig as _SEConfig, initial_warm, se_map  # noqa: F401
@@ -156,6 +158,25 @@ def test_a_stalled_solve_counts_only_within_its_uncertainty():
     assert mark(table(2.1, 0.01, 0.001)) == [True, False]      # the converged row is resolved as the lowest
     usable, unc = resolved_rows(table(1.9, 0.01, 0.05))
     assert usable.tolist() == [True, True] and unc.tolist() == pytest.approx([0.01, 0.06])
+
+
+def test_agreement_adjusts_for_each_seeds_teacher():
+    """Runs whose `q` is exactly `0.1 rho(seed, d)` and whose theory row says 0.1: the adjusted mean is the
+    theory with no error, the plain mean is not; `attach_theory` fills the requested keys by `(alpha, init)`."""
+    from phasejax.empirics import teacher_norms
+
+    seeds = np.arange(5)
+    runs = dict(alpha=np.full(5, 1.3), omega=np.full(5, 0.3), init=np.full(5, "semantic"), d=np.full(5, 60),
+                seed=seeds, q=0.1 * teacher_norms(seeds, 60), test_error=np.full(5, 0.002))
+    theory = dict(alpha=np.array([1.3, 1.3]), omega=np.array([0.3, 0.3]), init=np.array(["positional", "semantic"]),
+                  converged=np.array([True, True]), q=np.array([0.05, 0.1]), test_error=np.array([0.003, 0.002]))
+    runs = attach_theory(runs, theory, keys=("q", "test_error"))
+    np.testing.assert_allclose(runs["q_theory"], 0.1)
+    (row,) = agreement(runs, ("q",), teacher_adjusted=True)
+    assert row["adj_mean"] == pytest.approx(0.1, rel=1e-6) and row["adj_sem"] < 1e-7
+    assert abs(row["adj_rel_dev"]) < 1e-5 and row["rel_dev"] > 1e-3
+    (plain,) = agreement(runs, ("test_error",))
+    assert "adj_mean" not in plain and plain["rel_dev"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_init_columns_overlaps():
