@@ -107,12 +107,10 @@ def test_random_init_replot_recomputes_the_fractions_from_runs_csv(tmp_path):
 
 
 def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
-    from phasejax.empirics import write_runs_csv
+    from phasejax.empirics import teacher_norms, write_runs_csv
     from phasejax.io import atomic_write_json, read_csv
 
-    from phasejax.empirics import teacher_norms
-
-    runs = _synthetic_runs((1.5,), (10, 40), (0, 1), 3, lambda k: 0)
+    runs = _synthetic_runs((1.5,), (10, 40), (0, 1), 5, lambda k: 0)
     # theta of the semantic runs at d = 10 exactly proportional to each seed's teacher norm
     sel = (runs["init"] == 1) & (runs["d"] == 10)
     runs["theta"][sel] = 0.13 * teacher_norms(runs["seed"][sel], 10)
@@ -129,3 +127,9 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
     np.testing.assert_allclose(table["adj_mean"][row], 0.13, rtol=1e-6)    # the teacher draw removed exactly
     assert table["abs_dev_adj"][row] < 1e-6 < table["abs_dev_from_se"][row]
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
+    # a NaN run leaves its d without an adjusted mean instead of stopping the summary
+    runs["m"][np.flatnonzero((runs["init"] == 0) & (runs["d"] == 40))[0]] = np.nan
+    write_runs_csv(runs, str(tmp_path / "runs.csv"))
+    assert main(["scaling", "--replot", "--out", str(tmp_path)]) == 0
+    table = read_csv(str(tmp_path / "summary.csv"))
+    assert np.isnan(table["adj_mean"][(table["overlap"] == "m") & (table["d"] == 40)]).all()

@@ -31,8 +31,6 @@ from phasejax.commands.experiment_flags import (
 )
 
 NAME = "scaling"
-CHUNK_BYTES = 2**32
-"""Memory cap of one vmapped chunk of runs (4 GiB): at large d a chunk holds fewer runs than --chunk-size."""
 HELP = "finite-size scaling of the trained overlaps towards the state-evolution fixed points"
 
 PRESETS = {
@@ -58,11 +56,11 @@ def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
     """Per overlap (`m` from the positional init, `theta` from the semantic one) and `d`: mean, standard
     deviation and error over seeds, the distance to the SE value `se[key]`, and the same mean with the
     teacher's norm as control variate (`adj_mean`, `adj_sem`, `abs_dev_adj`;
-    `phasejax.empirics.teacher_adjusted_mean`, from 3 seeds up); writes summary.csv and scaling.png into
-    `out` and returns their paths."""
+    `phasejax.empirics.adjusted_seed_mean`: NaN below `MIN_ADJUSTED_SEEDS` seeds or with a NaN run); writes
+    summary.csv and scaling.png into `out` and returns their paths."""
     import numpy as np
 
-    from phasejax.empirics import teacher_adjusted_mean, teacher_norms
+    from phasejax.empirics import adjusted_seed_mean
     from phasejax.io import write_csv
     from phasejax.plotting_experiments import plot_finite_size_scaling
 
@@ -75,11 +73,10 @@ def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
         for d in ds:
             sel = (np.asarray(runs["init"]) == code) & (np.asarray(runs["d"]) == d)
             v = np.asarray(runs[key], float)[sel]
-            rho = teacher_norms(np.asarray(runs["seed"])[sel], int(d))
             mean.append(v.mean())
             std.append(v.std(ddof=1) if v.size > 1 else np.nan)
             count.append(v.size)
-            adj.append(teacher_adjusted_mean(v, rho) if v.size >= 3 else (np.nan, np.nan))
+            adj.append(adjusted_seed_mean(v, np.asarray(runs["seed"])[sel], int(d)))
             for name, value in (("overlap", key), ("d", int(d)), ("mean", mean[-1]), ("std", std[-1]),
                                 ("sem", std[-1] / np.sqrt(v.size)), ("abs_dev_from_se", abs(mean[-1] - se[key])),
                                 ("adj_mean", adj[-1][0]), ("adj_sem", adj[-1][1]),
@@ -128,11 +125,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     for d in ds:
         grid = TrainingGrid(alphas=(args.alpha,), omegas=(args.omega,), seeds=tuple(range(seeds)), d=d)
-        opts = sub_options(options, f"d{d}")
-        # about 5 n L d floats per run in a chunk (train_students): cap a chunk at CHUNK_BYTES
-        per_run = 5 * grid.n_max * params.L * d * np.dtype(args.dtype).itemsize
-        opts = opts.replace(chunk_size=max(1, min(opts.chunk_size, int(CHUNK_BYTES // per_run))))
-        out = train_students(grid, params, dtype=dtype_from(args), options=opts)
+        out = train_students(grid, params, dtype=dtype_from(args), options=sub_options(options, f"d{d}"))
         if out is None:
             return not_finished(options)
         parts.append(out)

@@ -19,7 +19,9 @@ from phasejax.empirics.data import (
     teacher_norm,
 )
 from phasejax.empirics.metrics import (
+    MIN_ADJUSTED_SEEDS,
     SOLUTIONS,
+    adjusted_seed_mean,
     classify_solution,
     fresh_test_error,
     gauss_hermite_rule,
@@ -74,11 +76,12 @@ from phasejax.empirics.gamp import (
 __all__ = [
     "ONSAGER_FORMS", "GAMPResult", "GAMPSweep", "basin_flips", "empirical_risk", "fixed_point_f", "gamp",
     "gamp_inputs", "gamp_sweep", "prox_consistency", "stein_mean_jacobian",
-    "DEFAULT_GTOL", "INITS", "RUN_COLUMNS", "SOLUTIONS", "STUDENTS", "LinearPositional", "TiedAttention",
-    "TiedAttentionData", "TrainConfig", "TrainResult", "TrainingGrid", "TrainingRuns", "UntiedAttention",
-    "cast_params", "check_data", "classify_solution", "fresh_test_error", "gauss_hermite_rule", "generate_data",
-    "init_weights", "make_student", "minimize", "overlaps_of", "positional_directions", "positional_init",
-    "random_init", "read_runs_csv", "run_keys", "sample_count", "sample_tokens", "semantic_init", "student_risk",
-    "teacher_adjusted_mean", "teacher_labels", "teacher_norm", "teacher_norms", "test_error_from_overlaps", "train_run", "train_student", "train_students",
-    "training_config", "write_runs_csv",
+    "DEFAULT_GTOL", "INITS", "MIN_ADJUSTED_SEEDS", "RUN_COLUMNS", "SOLUTIONS", "STUDENTS", "LinearPositional",
+    "TiedAttention", "TiedAttentionData", "TrainConfig", "TrainResult", "TrainingGrid", "TrainingRuns",
+    "UntiedAttention", "adjusted_seed_mean", "cast_params", "check_data", "classify_solution", "fresh_test_error",
+    "gauss_hermite_rule", "generate_data", "init_weights", "make_student", "minimize", "overlaps_of",
+    "positional_directions", "positional_init", "random_init", "read_runs_csv", "run_keys", "sample_count",
+    "sample_tokens", "semantic_init", "student_risk", "teacher_adjusted_mean", "teacher_labels", "teacher_norm",
+    "teacher_norms", "test_error_from_overlaps", "train_run", "train_student", "train_students", "training_config",
+    "write_runs_csv",
 ]

@@ -172,7 +172,8 @@ def generate_data(key: Array, params: TiedAttentionParams, d: int, n: int, *,
 
 
 def teacher_norm(seed, d: int, t: int = 1) -> Array:
-    """`tr(Q*^T Q*) / (d t)` of run `seed`'s teacher, shape `()` float32 (`E = 1`, standard deviation `sqrt(2 / (d t))`).
+    """`tr(Q*^T Q*) / (d t)` of run `seed`'s teacher, shape `()` float32 (mean 1, standard deviation
+    `sqrt(2 / (d t))`).
 
     Draws only the teacher, with the keys `generate_data(run_keys(seed)["data"], ...)` uses, so it equals
     `jnp.sum(data.Qstar ** 2) / (d t)` of every run of `seed` at size `d` (any `alpha`, `L`, dtype: the teacher is

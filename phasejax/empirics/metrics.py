@@ -130,3 +130,29 @@ def teacher_adjusted_mean(values, rho) -> tuple[float, float]:
     fit = stats.linregress(r - 1.0, y)
     return float(fit.intercept), float(fit.intercept_stderr)
 
+
+MIN_ADJUSTED_SEEDS = 5
+"""Fewest distinct seeds for which the tables report a teacher-adjusted mean (`adjusted_seed_mean`): the
+fit leaves `S - 2` degrees of freedom for its standard error, 3 at the minimum."""
+
+
+def adjusted_seed_mean(values, seeds, d: int, *, t: int = 1,
+                       min_seeds: int = MIN_ADJUSTED_SEEDS) -> tuple[float, float]:
+    """`teacher_adjusted_mean` of one group of runs, for result tables: `(mean, standard error)` or NaNs.
+
+    `values (R,)` and `seeds (R,)`: the group's runs; runs of one seed (one data set, e.g. two inits that
+    reach the same minimum) are averaged first. Returns `(nan, nan)` when fewer than `min_seeds` distinct
+    seeds remain or a value is not finite, instead of raising, so a table can hold every group. `d`, `t`:
+    the runs' size and teacher rank (`teacher_norms`).
+    """
+    values = np.asarray(values, float).ravel()
+    seeds = np.asarray(seeds).ravel()
+    if values.shape != seeds.shape:
+        raise ValueError(f"values and seeds must have one entry per run, got shapes {values.shape} and "
+                         f"{seeds.shape}")
+    unique = np.unique(seeds)
+    if unique.size < min_seeds or not np.all(np.isfinite(values)):
+        return float("nan"), float("nan")
+    per_seed = np.asarray([values[seeds == s].mean() for s in unique])
+    return teacher_adjusted_mean(per_seed, teacher_norms(unique, d, t))
+

@@ -140,6 +140,11 @@ class TrainingGrid:
                     inits=list(self.inits), d=self.d)
 
 
+CHUNK_BYTES = 2**32
+"""Memory cap of one vmapped chunk of training runs (4 GiB): `train_students` puts fewer runs in a chunk
+than `RunOptions.chunk_size` when `chunk_size * 5 * n_max L d * itemsize` would exceed it."""
+
+
 def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, n_max: int,
               student: str = "tied", config: TrainConfig = TrainConfig(), n_test: int = 1000,
               quadrature_order: int = 8, value_rank: int = 0, n=None, dtype=jnp.float32) -> dict[str, jax.Array]:
@@ -355,7 +360,8 @@ def train_students(
       value_rank: rank of the trainable value map of the untied student.
       dtype: `jnp.float32` (default) or `jnp.float64` (the sweep then runs inside `dtype_scope`).
       options: `phasejax.sweep.RunOptions` (run directory for resume and multi-host,
-        chunk size: memory is about `chunk_size * 5 * n_max L d * itemsize` bytes, devices, progress).
+        chunk size: memory is about `chunk_size * 5 * n_max L d * itemsize` bytes, capped at `CHUNK_BYTES`
+        by using fewer runs per chunk; devices, progress).
     Returns:
       `TrainingRuns`, or `None` while chunks are missing (`max_chunks` or other hosts).
 
@@ -379,6 +385,9 @@ def train_students(
         raise ValueError(f"value_rank must be an integer >= 0, got value_rank={value_rank!r}")
     dtype = check_float_dtype(dtype)
     options = run_options(options)
+    # about 5 n L d numbers per run in a chunk: at large d a chunk holds fewer runs than options.chunk_size
+    per_run = 5 * grid.n_max * params.L * grid.d * np.dtype(dtype).itemsize
+    options = options.replace(chunk_size=max(1, min(options.chunk_size, int(CHUNK_BYTES // per_run))))
     kw = dict(student=student, config=config, n_test=n_test, quadrature_order=quadrature_order,
               value_rank=int(value_rank))
     cfg = training_config(grid, params, dtype=dtype, **kw)

@@ -84,6 +84,9 @@ PRESETS = {
 """`cpu`: 4 alpha x 2 branches x 2 sigma settings of SE (Sobol 4 x 2^10 points), students at 2 alpha x
 2 inits x 8 seeds x 3 sizes (equal sigma); `gpu`: 19 alpha, Sobol 4 x 2^14, 8 seeds, 5 sizes (not run)."""
 
+LATEX_NAMES = {"theta": "$\\theta_1$", "train_loss": "$e_t$", "test_error": "$\\epsilon_g$"}
+"""Axis labels of the table columns in the gap panels."""
+
 C3 = ((1.0,), (0.0,), (-1.0,))
 """Positional encodings of the three tokens, `p_l = C[l] u` (`(3, 1)`)."""
 
@@ -200,12 +203,12 @@ def plot(outputs: ExtensionOutputs, path: str) -> str:
                 o = np.argsort(gaps["d"][s].astype(float))
                 # small horizontal offsets keep the error bars apart
                 shift = 1.0 + 0.03 * (list(markers).index(key) - 2) + 0.12 * j
-                name = {"theta": "$\\theta_1$", "train_loss": "$e_t$", "test_error": "$\\epsilon_g$"}.get(key, f"${key}$")
+                name = LATEX_NAMES.get(key, f"${key}$")
+                color = f"C{list(markers).index(key)}"
                 ax.errorbar(gaps["d"][s].astype(float)[o] * shift, 100 * gaps[key + "_adj_gap"][s][o],
-                            100 * gaps[key + "_adj_gap_err"][s][o], marker=markers[key], color=f"C{list(markers).index(key)}",
+                            100 * gaps[key + "_adj_gap_err"][s][o], marker=markers[key], color=color,
                             ls="-" if a == max(alphas) else ":", capsize=2, ms=5, lw=1,
-                            mfc=f"C{list(markers).index(key)}" if a == max(alphas) else "white",
-                            label=f"{name}, $\\alpha$={a:g}")
+                            mfc=color if a == max(alphas) else "white", label=f"{name}, $\\alpha$={a:g}")
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xscale("log")
         ax.set_xticks(ds_all, [f"{int(x)}" for x in ds_all])

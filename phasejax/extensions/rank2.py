@@ -43,7 +43,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
-from phasejax.empirics.metrics import teacher_adjusted_mean, teacher_norms
+from phasejax.empirics.metrics import adjusted_seed_mean
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
@@ -647,29 +647,31 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
 
 def agreement(runs: dict, keys=("test_error", "train_loss"), *, teacher_adjusted: bool = False) -> list[dict]:
     """Per `(d, omega, alpha, init)` and quantity in `keys`: seed mean and standard error against the theory
-    (`<key>_theory`, `attach_theory`), `rel_dev = |mean / theory - 1|`.
+    (`<key>_theory`, `attach_theory`), `rel_dev = |mean / theory - 1|` (NaN where the theory is missing or,
+    for the overlaps `m` and `theta`, `|theory| < 5e-3`: an overlap that is zero in the limit has no
+    relative deviation).
 
     `teacher_adjusted=True` adds `adj_mean`, `adj_sem` (the seed mean with each seed's teacher norm as control
-    variate, `phasejax.empirics.teacher_adjusted_mean`; NaN below 3 seeds) and the signed
-    `adj_rel_dev = adj_mean / theory - 1`."""
+    variate, `phasejax.empirics.adjusted_seed_mean`; NaN below `MIN_ADJUSTED_SEEDS` seeds) and the signed
+    `adj_signed_dev = adj_mean / theory - 1` (NaN where `rel_dev` is)."""
     out = []
     for key in keys:
         sm = seed_means(runs, key)
         th = seed_means(runs, f"{key}_theory")
         for i in range(len(sm["mean"])):
+            theory = float(th["mean"][i])
+            relative = np.isfinite(theory) and abs(theory) > (5e-3 if key in ("m", "theta") else 0.0)
             row = dict(quantity=key, d=int(sm["d"][i]), omega=float(sm["omega"][i]),
                        alpha=float(sm["alpha"][i]), init=str(sm["init"][i]), mean=float(sm["mean"][i]),
-                       sem=float(sm["sem"][i]), theory=float(th["mean"][i]),
-                       rel_dev=float(abs(sm["mean"][i] / th["mean"][i] - 1)))
+                       sem=float(sm["sem"][i]), theory=theory,
+                       rel_dev=float(abs(sm["mean"][i] / theory - 1)) if relative else float("nan"))
             if teacher_adjusted:
                 sel = ((runs["d"] == sm["d"][i]) & (runs["omega"] == sm["omega"][i])
                        & (runs["alpha"] == sm["alpha"][i]) & (runs["init"] == sm["init"][i]))
-                seeds, v = np.asarray(runs["seed"])[sel], np.asarray(runs[key], float)[sel]
-                a, e = np.nan, np.nan
-                if len(seeds) >= 3 and np.all(np.isfinite(v)):
-                    rho = teacher_norms(seeds, int(sm["d"][i]))
-                    a, e = teacher_adjusted_mean(v, rho)
-                row.update(adj_mean=float(a), adj_sem=float(e), adj_rel_dev=float(a / th["mean"][i] - 1))
+                a, e = adjusted_seed_mean(np.asarray(runs[key], float)[sel], np.asarray(runs["seed"])[sel],
+                                          int(sm["d"][i]))
+                row.update(adj_mean=float(a), adj_sem=float(e),
+                           adj_signed_dev=float(a / theory - 1) if relative else float("nan"))
             out.append(row)
     return out
 

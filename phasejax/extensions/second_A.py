@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.empirics.metrics import teacher_adjusted_mean, teacher_norms
+from phasejax.empirics.metrics import adjusted_seed_mean
 from phasejax.empirics.sweep import TrainingGrid, TrainingRuns, train_students
 from phasejax.empirics.training import TrainConfig
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
@@ -271,10 +271,15 @@ def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"),
     averaged first).
 
     `teacher_adjusted=True` adds `<key>_adj_mean`, `<key>_adj_sem`: the seed mean with the teacher's norm as
-    control variate (`phasejax.empirics.teacher_adjusted_mean`; the norm of each seed's rank-1 teacher is
-    recomputed from `seed` and `d`, so `by` must hold `"d"`). NaN for groups with fewer than 3 seeds."""
-    if teacher_adjusted and "d" not in by:
-        raise ValueError(f"teacher_adjusted needs 'd' among the grouping columns, got by={by!r}")
+    control variate (`phasejax.empirics.adjusted_seed_mean`; the norm of each seed's rank-1 teacher is
+    recomputed from `seed` and `d`, so `runs` must have `seed` and `by` must hold `"d"`). NaN for groups with
+    fewer than `MIN_ADJUSTED_SEEDS` seeds. When `by` holds an outcome of the run (the default's
+    `se_branch`), the group's seeds are selected by it and their mean `rho` need not be 1: the adjusted
+    mean is then the fit's value at `rho = 1`, an extrapolation rather than a control variate of known
+    mean."""
+    if teacher_adjusted and ("d" not in by or "seed" not in runs):
+        raise ValueError(f"teacher_adjusted needs a 'seed' column and 'd' among the grouping columns, got "
+                         f"by={by!r}, columns {sorted(runs)}")
     groups = {}
     for j in range(len(runs["alpha"])):
         groups.setdefault(tuple(runs[b][j] for b in by), []).append(j)
@@ -288,14 +293,13 @@ def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"),
         # runs of one seed share the data set: two inits of a seed that reach the same minimum count once
         seeds = np.asarray(runs["seed"])[idx] if "seed" in runs else np.arange(len(idx))
         unique = np.unique(seeds)
-        rho = teacher_norms(unique, int(g[by.index("d")])) if teacher_adjusted and len(unique) >= 3 else None
         for k in keys:
-            v = np.asarray(runs[k], float)[idx]
-            v = np.asarray([np.mean(v[seeds == s]) for s in unique])
+            v_runs = np.asarray(runs[k], float)[idx]
+            v = np.asarray([np.mean(v_runs[seeds == s]) for s in unique])
             out[k + "_mean"].append(np.mean(v))
             out[k + "_sem"].append(np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan)
             if teacher_adjusted:
-                a, e = teacher_adjusted_mean(v, rho) if rho is not None and np.all(np.isfinite(v)) else (np.nan, np.nan)
+                a, e = adjusted_seed_mean(v_runs, seeds, int(g[by.index("d")]))
                 out[k + "_adj_mean"].append(a)
                 out[k + "_adj_sem"].append(e)
         out["n_seeds"].append(len(unique))
@@ -304,9 +308,10 @@ def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"),
 
 def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH, *,
                   teacher_adjusted: bool = False) -> dict:
-    """Per group `by` (default: `d`, the branch reached, `alpha`, `omega`): `|mean over seeds - SE| / |SE|` for each key with a theory value
-    (columns `<key>_gap`; NaN where the theory is missing or, for `m` and `theta`, `|SE| < 5e-3`: an overlap that is zero in the
-    limit, e.g. `m` on the semantic branch, has no relative gap).
+    """Per group `by` (default: `d`, the branch reached, `alpha`, `omega`): `|mean over seeds - SE| / |SE|` for
+    each key with a theory value (columns `<key>_gap`; NaN where the theory is missing or, for `m` and
+    `theta`, `|SE| < 5e-3`: an overlap that is zero in the limit, e.g. `m` on the semantic branch, has no
+    relative gap).
 
     `teacher_adjusted=True` adds, from `seed_means(..., teacher_adjusted=True)`, the signed relative gap of the
     teacher-adjusted mean `<key>_adj_gap = (adj_mean - SE) / |SE|` and its standard error `<key>_adj_gap_err =

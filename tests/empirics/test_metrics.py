@@ -5,7 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasejax.empirics import generate_data, run_keys, teacher_adjusted_mean, teacher_norm
+from phasejax.empirics import (
+    adjusted_seed_mean,
+    generate_data,
+    run_keys,
+    teacher_adjusted_mean,
+    teacher_norm,
+    teacher_norms,
+)
 from phasejax.theory import make_params
 
 
@@ -19,6 +26,10 @@ def test_teacher_norm_is_the_norm_of_the_generated_teacher(t):
         np.testing.assert_allclose(teacher_norm(seed, d, t), jnp.sum(data.Qstar**2) / (d * t), rtol=1e-6)
     swept = jax.vmap(lambda s: teacher_norm(s, d, t))(jnp.arange(4))
     np.testing.assert_allclose(swept, [teacher_norm(s, d, t) for s in range(4)], rtol=1e-6)
+    # the numpy helper the tables use (int64 seeds in, one vmapped call) draws the same teachers
+    seeds = np.array([0, 3, 11], np.int64)
+    direct = [float(jnp.sum(generate_data(run_keys(int(s))["data"], params, d, 2).Qstar ** 2)) / (d * t) for s in seeds]
+    np.testing.assert_allclose(teacher_norms(seeds, d, t), direct, rtol=1e-6)
 
 
 def test_teacher_norm_has_mean_one_and_variance_two_over_d():
@@ -65,3 +76,27 @@ def test_bad_inputs_raise_value_errors_naming_them():
         teacher_adjusted_mean([1.0, np.nan, 3.0], [0.9, 1.0, 1.1])
     with pytest.raises(ValueError, match="d must be"):
         teacher_norm(0, 0)
+
+
+def test_adjusted_seed_mean_averages_a_seeds_runs_and_reports_nan_when_it_cannot_fit():
+    """Table helper: runs of one seed count once (two inits on one data set), too few seeds or a NaN run
+    give NaN instead of an error, and mismatched inputs raise."""
+    d = 40
+    seeds = np.arange(6)
+    rho = teacher_norms(seeds, d)
+    values = 0.2 * rho
+    a, e = adjusted_seed_mean(values, seeds, d)
+    assert a == pytest.approx(0.2, rel=1e-6) and e < 1e-7
+    # seed 0 twice, its two runs 0.1 apart around its exact value: averaged first, the fit is unchanged
+    dup_values = np.concatenate([values, [values[0] + 0.05]])
+    dup_values[0] -= 0.05
+    a2, _ = adjusted_seed_mean(dup_values, np.concatenate([seeds, [0]]), d)
+    assert a2 == pytest.approx(0.2, rel=1e-6)
+    assert np.isnan(adjusted_seed_mean(values[:4], seeds[:4], d)).all()          # 4 < MIN_ADJUSTED_SEEDS
+    assert not np.isnan(adjusted_seed_mean(values[:4], seeds[:4], d, min_seeds=3)).any()
+    with_nan = values.copy()
+    with_nan[2] = np.nan
+    assert np.isnan(adjusted_seed_mean(with_nan, seeds, d)).all()
+    with pytest.raises(ValueError, match="one entry per run"):
+        adjusted_seed_mean(values, seeds[:3], d)
+

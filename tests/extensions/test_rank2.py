@@ -174,9 +174,13 @@ def test_agreement_adjusts_for_each_seeds_teacher():
     np.testing.assert_allclose(runs["q_theory"], 0.1)
     (row,) = agreement(runs, ("q",), teacher_adjusted=True)
     assert row["adj_mean"] == pytest.approx(0.1, rel=1e-6) and row["adj_sem"] < 1e-7
-    assert abs(row["adj_rel_dev"]) < 1e-5 and row["rel_dev"] > 1e-3
+    assert abs(row["adj_signed_dev"]) < 1e-5 and row["rel_dev"] > 1e-3
     (plain,) = agreement(runs, ("test_error",))
     assert "adj_mean" not in plain and plain["rel_dev"] == pytest.approx(0.0, abs=1e-12)
+    # an overlap that is zero in the theory (m on the semantic branch) has no relative deviation: NaN, not inf
+    runs = attach_theory({**runs, "m": np.full(5, 0.01)}, {**theory, "m": np.array([0.2, 0.0])}, keys=("m",))
+    (row,) = agreement(runs, ("m",), teacher_adjusted=True)
+    assert np.isnan(row["rel_dev"]) and np.isnan(row["adj_signed_dev"]) and row["theory"] == 0.0
 
 
 def test_init_columns_overlaps():

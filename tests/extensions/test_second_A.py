@@ -104,7 +104,7 @@ def test_teacher_adjusted_gaps_remove_the_draw_of_each_seeds_teacher():
     0.2 with no error, at every d, while the plain mean carries the draw; `by` without `d` is refused."""
     from phasejax.empirics import teacher_norm
 
-    seeds, ds = np.arange(6), (40, 90)
+    seeds, ds = np.arange(6), (40, 90)   # 6 >= MIN_ADJUSTED_SEEDS
     runs = {k: [] for k in ("d", "se_branch", "alpha", "omega", "seed", "q", "q_se")}
     for d in ds:
         for s in seeds:
@@ -121,6 +121,8 @@ def test_teacher_adjusted_gaps_remove_the_draw_of_each_seeds_teacher():
     assert np.isnan(few["q_adj_mean"]).all()            # fewer than 3 seeds: no fit
     with pytest.raises(ValueError, match="'d'"):
         seed_means(runs, ("q",), by=("alpha",), teacher_adjusted=True)
+    with pytest.raises(ValueError, match="'seed'"):
+        seed_means({k: v for k, v in runs.items() if k != "seed"}, ("q",), teacher_adjusted=True)
 
 
 def test_outputs_round_trip(tmp_path):
@@ -161,8 +163,9 @@ def test_free_m_semantic_solve_lands_on_m_zero_and_equals_the_held_solve():
 @pytest.mark.slow
 def test_committed_experiments_agree_with_theory_and_approach_it_with_d():
     """results/extensions/second_A (made by `phasejax extension second_A`): seed means of the test error and the
-    training loss within 10% of SE at the largest d (for the branch each run reached), their mean gap at the
-    largest d below 60% of that at the smallest, and the semantic overlaps at alpha >= 1.5 (adjusted for each
+    training loss within 10% of SE at the largest d (for the branch each run reached), their mean gap over the
+    groups with 5+ seeds at both sizes below 60% at the largest d of that at the smallest, and the semantic
+    overlaps at alpha >= 1.5 (adjusted for each
     seed's teacher norm) within 10% at the largest d. (Near the semantic branch's end the overlaps are not
     resolved: see docs/extensions/second_A.md.)"""
     path = os.path.join(RESULTS, "runs.csv")
@@ -175,9 +178,19 @@ def test_committed_experiments_agree_with_theory_and_approach_it_with_d():
         g = gaps[k + "_gap"][big]
         g = g[np.isfinite(g)]
         assert g.size and np.all(g < 0.10), (k, g)
-        assert np.nanmean(gaps[k + "_gap"][big]) < 0.6 * np.nanmean(gaps[k + "_gap"][small])
+    # the same groups (branch, alpha) at both sizes, each with enough seeds for a fair mean
+    key = lambda sel: {(b, a) for b, a, n in zip(gaps["se_branch"][sel], gaps["alpha"][sel],  # noqa: E731
+                                                  gaps["n_seeds"][sel]) if n >= 5}
+    common = key(big) & key(small)
+    assert len(common) >= 4, common
+
+    def mean_gap(sel, k):
+        return np.mean([gaps[k + "_gap"][sel & (gaps["se_branch"] == b) & (gaps["alpha"] == a)][0] for b, a in common])
+
+    for k in ("test_error", "train_loss"):
+        assert mean_gap(big, k) < 0.6 * mean_gap(small, k), (k, mean_gap(big, k), mean_gap(small, k))
     sem = big & (gaps["se_branch"] == "semantic") & (gaps["alpha"] >= 1.5)
-    assert sem.sum() == 2
+    assert sem.sum() >= 1
     for k in ("q", "theta"):
         assert np.all(np.abs(gaps[k + "_adj_gap"][sem]) < 0.10), (k, gaps[k + "_adj_gap"][sem])
 
