@@ -12,7 +12,10 @@ Compare with the SE's value (`theory.csv` of the problem).
 Seen on 2026-11-25 (second_A, alpha = 2, semantic; SE q = 0.03064, theta = 0.07874): adjusted q 0.02930,
 0.03004, 0.03038 and theta 0.07654, 0.07786, 0.07850 at d = 800, 1600, 3200 (gaps -4.4, -2.0, -0.9% and
 -2.8, -1.1, -0.3%). Main problem (SE q = 0.11481, theta = 0.15815): adjusted q -3.0, -0.8, -0.6, +0.1% and
-theta -2.0, -0.5, -0.4, +0.1% at d = 500, 1000, 2000, 4000.
+theta -2.0, -0.5, -0.4, +0.1% at d = 500, 1000, 2000, 4000. Main problem, alpha = 1.5, positional (SE
+q = 0.04944, m = 0.25477, eps_g = 0.00344): q 0.04724 +- 0.00020 (48 seeds, d = 4000) and 0.04743 +- 0.00025
+(24 seeds, d = 8000), m 0.25776 +- 0.00049 and 0.25816 +- 0.00044, eps_g 0.00337 and 0.00338: not the SE
+(README, "An open discrepancy on the positional branch").
 """
 
 import sys

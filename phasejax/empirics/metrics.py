@@ -155,4 +155,3 @@ def adjusted_seed_mean(values, seeds, d: int, *, t: int = 1,
         return float("nan"), float("nan")
     per_seed = np.asarray([values[seeds == s].mean() for s in unique])
     return teacher_adjusted_mean(per_seed, teacher_norms(unique, d, t))
-
