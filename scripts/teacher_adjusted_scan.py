@@ -8,6 +8,7 @@ Compare with the SE's value (`theory.csv` of the problem).
 
     python scripts/teacher_adjusted_scan.py main 2.0 semantic 500,1000,2000,4000 32   # about 3 minutes
     python scripts/teacher_adjusted_scan.py second_A 2.0 semantic 800,1600,3200 16     # about 1.5 minutes
+    python scripts/teacher_adjusted_scan.py main 1.5 positional 4000 24 0.1            # ridge lambda = 0.1
 
 Seen on 2026-11-25 (second_A, alpha = 2, semantic; SE q = 0.03064, theta = 0.07874): adjusted q 0.02930,
 0.03004, 0.03038 and theta 0.07654, 0.07786, 0.07850 at d = 800, 1600, 3200 (gaps -4.4, -2.0, -0.9% and
@@ -16,7 +17,8 @@ theta -2.0, -0.5, -0.4, +0.1% at d = 500, 1000, 2000, 4000. Main problem, alpha 
 q = 0.04944, m = 0.25477, eps_g = 0.00344): q 0.04724 +- 0.00020 (48 seeds, d = 4000) and 0.04743 +- 0.00025
 (24 seeds, d = 8000), m 0.25776 +- 0.00049 and 0.25816 +- 0.00044, eps_g 0.00337 and 0.00338: not the SE
 (README, "An open discrepancy on the positional branch"). At alpha = 0.8 (24 seeds, d = 4000): q 0.03861 +- 0.00033,
-m 0.24465 +- 0.00066 against the SE's 0.03943, 0.24179.
+m 0.24465 +- 0.00066 against the SE's 0.03943, 0.24179. At lambda = 0.1 (alpha = 1.5, d = 4000, 24 seeds; SE
+q = 0.00561, m = 0.13649, both forms): adjusted q 0.00561 +- 0.00005, m 0.13622 +- 0.00058, in agreement.
 """
 
 import sys
@@ -34,8 +36,8 @@ PROBLEMS = {"main": make_params, "second_A": second_A_params}
 KEYS = ("q", "theta", "m", "train_loss", "test_error")
 
 
-def main(problem: str, alpha: float, init: str, ds, n_seeds: int) -> None:
-    params = PROBLEMS[problem](alpha, 0.3)
+def main(problem: str, alpha: float, init: str, ds, n_seeds: int, lam: float = 0.01) -> None:
+    params = PROBLEMS[problem](alpha, 0.3, lam=lam)
     code = INITS.index(init)
     for d in ds:
         n = sample_count(alpha, d)
@@ -55,4 +57,5 @@ def main(problem: str, alpha: float, init: str, ds, n_seeds: int) -> None:
 if __name__ == "__main__":
     a = sys.argv[1:]
     main(a[0] if a else "main", float(a[1]) if len(a) > 1 else 2.0, a[2] if len(a) > 2 else "semantic",
-         [int(x) for x in a[3].split(",")] if len(a) > 3 else [500, 1000], int(a[4]) if len(a) > 4 else 8)
+         [int(x) for x in a[3].split(",")] if len(a) > 3 else [500, 1000], int(a[4]) if len(a) > 4 else 8,
+         float(a[5]) if len(a) > 5 else 0.01)
