@@ -131,6 +131,19 @@ def teacher_adjusted_mean(values, rho) -> tuple[float, float]:
     return float(fit.intercept), float(fit.intercept_stderr)
 
 
+ZERO_OVERLAP_TOL = 5e-3
+"""Below this magnitude a theory value of the overlaps `m` or `theta` counts as zero (e.g. `m` on the semantic
+branch) and has no relative gap (`has_relative_scale`)."""
+
+
+def has_relative_scale(key: str, theory) -> np.ndarray:
+    """Whether the theory values of column `key` can divide a relative gap: finite and non-zero, and for the
+    overlaps `m`, `theta` (zero in the limit on the other branch) above `ZERO_OVERLAP_TOL` in magnitude. Shape
+    of `theory`, bool."""
+    th = np.asarray(theory, float)
+    return np.isfinite(th) & (np.abs(th) > (ZERO_OVERLAP_TOL if key in ("m", "theta") else 0.0))
+
+
 MIN_ADJUSTED_SEEDS = 5
 """Fewest distinct seeds for which the tables report a teacher-adjusted mean (`adjusted_seed_mean`): the
 fit leaves `S - 2` degrees of freedom for its standard error, 3 at the minimum."""

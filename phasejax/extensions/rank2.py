@@ -43,7 +43,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from phasejax.empirics.data import check_positive_int, generate_data, run_keys, sample_tokens, teacher_labels
-from phasejax.empirics.metrics import adjusted_seed_mean
+from phasejax.empirics.metrics import adjusted_seed_mean, has_relative_scale
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
@@ -648,7 +648,7 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
 def agreement(runs: dict, keys=("test_error", "train_loss"), *, teacher_adjusted: bool = False) -> list[dict]:
     """Per `(d, omega, alpha, init)` and quantity in `keys`: seed mean and standard error against the theory
     (`<key>_theory`, `attach_theory`), `rel_dev = |mean / theory - 1|` (NaN where the theory is missing or,
-    for the overlaps `m` and `theta`, `|theory| < 5e-3`: an overlap that is zero in the limit has no
+    for the overlaps `m` and `theta`, `|theory| < ZERO_OVERLAP_TOL`: an overlap that is zero in the limit has no
     relative deviation).
 
     `teacher_adjusted=True` adds `adj_mean`, `adj_sem` (the seed mean with each seed's teacher norm as control
@@ -660,7 +660,7 @@ def agreement(runs: dict, keys=("test_error", "train_loss"), *, teacher_adjusted
         th = seed_means(runs, f"{key}_theory")
         for i in range(len(sm["mean"])):
             theory = float(th["mean"][i])
-            relative = np.isfinite(theory) and abs(theory) > (5e-3 if key in ("m", "theta") else 0.0)
+            relative = bool(has_relative_scale(key, theory))
             row = dict(quantity=key, d=int(sm["d"][i]), omega=float(sm["omega"][i]),
                        alpha=float(sm["alpha"][i]), init=str(sm["init"][i]), mean=float(sm["mean"][i]),
                        sem=float(sm["sem"][i]), theory=theory,

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.empirics.metrics import adjusted_seed_mean
+from phasejax.empirics.metrics import adjusted_seed_mean, has_relative_scale
 from phasejax.empirics.sweep import TrainingGrid, TrainingRuns, train_students
 from phasejax.empirics.training import TrainConfig
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
@@ -310,7 +310,7 @@ def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error
                   teacher_adjusted: bool = False) -> dict:
     """Per group `by` (default: `d`, the branch reached, `alpha`, `omega`): `|mean over seeds - SE| / |SE|` for
     each key with a theory value (columns `<key>_gap`; NaN where the theory is missing or, for `m` and
-    `theta`, `|SE| < 5e-3`: an overlap that is zero in the limit, e.g. `m` on the semantic branch, has no
+    `theta`, `|SE| < ZERO_OVERLAP_TOL`: an overlap that is zero in the limit, e.g. `m` on the semantic branch, has no
     relative gap).
 
     `teacher_adjusted=True` adds, from `seed_means(..., teacher_adjusted=True)`, the signed relative gap of the
@@ -321,7 +321,7 @@ def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error
     out = {k: means[k] for k in tuple(by) + ("n_seeds",)}
     for k in keys:
         th, ex = se[k + "_mean"], means[k + "_mean"]
-        big = np.abs(th) > (5e-3 if k in ("m", "theta") else 0.0)
+        big = has_relative_scale(k, th)
         den = np.where(big, np.abs(th), 1.0)
         out[k + "_mean"], out[k + "_sem"], out[k + "_se"] = ex, means[k + "_sem"], th
         out[k + "_gap"] = np.where(big, np.abs(ex - th) / den, np.nan)
