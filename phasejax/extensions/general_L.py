@@ -40,6 +40,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.empirics.metrics import MIN_ADJUSTED_SEEDS
 from phasejax.extensions.second_A import (
     ExtensionOutputs,
     attach_theory,
@@ -209,6 +210,12 @@ def plot(outputs: ExtensionOutputs, path: str) -> str:
                             100 * gaps[key + "_adj_gap_err"][s][o], marker=markers[key], color=color,
                             ls="-" if a == max(alphas) else ":", capsize=2, ms=5, lw=1,
                             mfc=color if a == max(alphas) else "white", label=f"{name}, $\\alpha$={a:g}")
+        few = (gaps["se_branch"] == b) & (gaps["n_seeds"] < MIN_ADJUSTED_SEEDS)
+        if few.any():   # groups too small for the teacher-adjusted mean are not drawn: say which
+            ax.text(0.98, 0.02, "not drawn (fewer than %d seeds): " % MIN_ADJUSTED_SEEDS + ", ".join(
+                f"d={int(d)}, $\\alpha$={float(a):g} ({int(n)})"
+                for d, a, n in zip(gaps["d"][few], gaps["alpha"][few], gaps["n_seeds"][few])),
+                transform=ax.transAxes, fontsize=7, va="bottom", ha="right")
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xscale("log")
         ax.set_xticks(ds_all, [f"{int(x)}" for x in ds_all])
