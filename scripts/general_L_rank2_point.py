@@ -3,6 +3,8 @@ students trained there (issue 12, item 5).
 
     python scripts/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
         --students 200 400 800 --out results/extensions/general_L/rank2_point.jsonl
+    python scripts/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
+        --students 200 400 800 --tie-width 1e-3 --out results/extensions/general_L/rank2_point_tie.jsonl
 
 Rank 1: the library's branch init; rank 2: `phasejax.extensions.rank2.rank2_init` (rotation gauge fixed),
 Sobol rule in `L (r + 1)` dimensions with 4 replicas (95% errors). With `--students`, rank-2 tied students
@@ -14,6 +16,7 @@ column's larger overlap is positive, then averaged. One JSON line per solve or g
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -32,10 +35,10 @@ from phasejax.theory.quadrature import SobolRule
 STUDENT_KEYS = ("q", "m", "theta", "q_eig1", "q_eig2", "train_loss", "test_error")
 
 
-def _solve_line(p, init, name: str, rule, log2_n: int, alpha: float, omega: float) -> dict:
+def _solve_line(p, init, name: str, rule, log2_n: int, alpha: float, omega: float, tie_width: float = 0.0) -> dict:
     t = time.time()
-    res = solve_state_evolution(p, init, rule, EXTENSION_SE_CONFIG)
-    out = dict(r=p.r, alpha=alpha, omega=omega, init=name, status=res.status_name,
+    res = solve_state_evolution(p, init, rule, dataclasses.replace(EXTENSION_SE_CONFIG, tie_width=tie_width))
+    out = dict(r=p.r, alpha=alpha, omega=omega, init=name, tie_width=tie_width, status=res.status_name,
                iterations=int(res.iterations), train_loss=float(res.train_loss),
                train_loss_err=float(res.errors.train_loss), test_error=float(res.test_error),
                test_error_err=float(res.errors.test_error), seconds=time.time() - t,
@@ -75,6 +78,8 @@ def main() -> None:
     ap.add_argument("--inits", nargs="+", default=["semantic", "mixed"], choices=["positional", "semantic", "mixed"])
     ap.add_argument("--students", type=int, nargs="*", default=[], help="sizes d of rank-2 students to train")
     ap.add_argument("--seeds", type=int, default=4, help="seeds per size and init")
+    ap.add_argument("--tie-width", type=float, default=0.0,
+                    help="SEConfig.tie_width of every solve (0: each node's lowest prox minimum)")
     ap.add_argument("--out", default=os.path.join("results", "extensions", "general_L", "rank2_point.jsonl"))
     args = ap.parse_args()
     lines = []
@@ -91,7 +96,7 @@ def main() -> None:
                 if r == 1 and name == "mixed":
                     continue
                 emit(_solve_line(p, rank2_init(name, p) if r == 2 else name, name, rule, args.log2_n,
-                                 args.alpha, args.omega))
+                                 args.alpha, args.omega, args.tie_width))
     if args.students:
         p32 = general_L_params(args.alpha, args.omega, r=2)
         mixed = None
@@ -116,7 +121,8 @@ def main() -> None:
             init = base._replace(overlaps=base.overlaps.replace(q0=jnp.asarray(q0), m=jnp.asarray(m),
                                                                 theta0=jnp.asarray(th)))
             rule = SobolRule.create(p.L * 3, args.log2_n, 4)
-            emit(_solve_line(p, init, "mixed_from_students", rule, args.log2_n, args.alpha, args.omega))
+            emit(_solve_line(p, init, "mixed_from_students", rule, args.log2_n, args.alpha, args.omega,
+                             args.tie_width))
     atomic_write_text(args.out, "\n".join(lines) + "\n")
     print(args.out)
 

@@ -34,6 +34,9 @@ def add_arguments(ap) -> None:
                     help="multi: the global minimum of each proximal problem; zero: one search from h = 0 "
                          "(the published method)")
     ap.add_argument("--hat-form", choices=("stein", "implicit"), default="stein")
+    ap.add_argument("--tie-width", type=nonnegative_float, default=0.0,
+                    help="blend a node's prox minima within about this energy of each other (SEConfig.tie_width; "
+                         "0: the lowest only)")
     ap.add_argument("--tol", type=positive_float, default=1e-7, help="scaled residual at convergence")
 
 
@@ -61,7 +64,7 @@ def run(args) -> int:
 
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))
     alpha, omega = (g.ravel() for g in np.meshgrid(args.alpha, args.omega, indexing="ij"))
-    config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol)
+    config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol, tie_width=args.tie_width)
     res = solve_state_evolution_batch(params, alpha, omega, args.branch, quadrature_from(args, params), config)
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))

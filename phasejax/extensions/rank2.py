@@ -79,6 +79,12 @@ EXTENSION_SE_CONFIG = SEConfig(max_iter=150, max_iter_warm=100)
 """Solver caps of the extensions' continuation rows: a cold solve of the stacked rank-2 problems takes
 40-50 Newton iterations (more than `SEConfig()`'s 40), a warm one up to ~30."""
 
+RANK2_SE_CONFIG = dataclasses.replace(EXTENSION_SE_CONFIG, tie_width=1e-3)
+"""The rank-2 rows' solver: `EXTENSION_SE_CONFIG` with the smoothed selection of each node's prox minima
+(`tie_width = 1e-3`, theory notes section 8.5). With the hard selection the semantic row and the mixed
+point at `alpha = 2.3` stopped at the iteration cap: on the `2^11`-point rule a node or two switch minimum
+between iterations, and the map has no exact fixed point."""
+
 
 # ----------------------------------------------------------------------------
 # Parameters, inits, the rotation symmetry
@@ -608,7 +614,7 @@ def theory_extra(res, params) -> dict:
 
 
 def rank2_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, quadrature=None,
-                 se_config: SEConfig = EXTENSION_SE_CONFIG, options: RunOptions | None = None) -> dict[str, np.ndarray]:
+                 se_config: SEConfig = RANK2_SE_CONFIG, options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """SE table from the three inits (`INITS`) on `omegas x alphas`: `init`, `branch` (what the fixed point
     is: `classify_fixed_point`), `global_min`, rotation invariants and all `result_columns`."""
     params = rank2_params() if params is None else params
@@ -640,7 +646,8 @@ def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progr
                    agreement=agreement(runs), global_minimum=global_minimum_summary(theory))
     result = ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary)
     paths = result.write(out_dir)
-    fig = make_figure(result, title="Rank-2 tied student, rank-1 teacher: three initialisations of the columns")
+    fig = make_figure(result, title="Rank-2 tied student, rank-1 teacher: three initialisations of the columns "
+                                    f"(SE: tie_width {RANK2_SE_CONFIG.tie_width:g})")
     paths.append(save_figure(fig, os.path.join(out_dir, "rank2.png")))
     return paths
 

@@ -38,10 +38,12 @@ from phasejax.theory.prox import (
     ProxResult,
     envelope_derivatives,
     moreau_minimiser,
+    moreau_minimisers,
     moreau_prox,
     newton_minimize,
     newton_steps,
     prox_omega_jacobian,
+    tie_weights,
 )
 from phasejax.theory.quadrature import (
     FixedRule,
@@ -83,10 +85,11 @@ __all__ = [
     "TiedAttentionParams", "branch_init", "census_seeds", "dedupe", "default_quadrature", "default_scheme",
     "dot_product_attention", "dot_product_student", "envelope_derivatives", "field_maps", "fixed_point_census",
     "gauss_hermite", "gaussian_fields", "hats_from_nodes", "hold_hats", "linear_baseline_error",
-    "linear_baseline_weights", "make_params", "map_points", "mixed_target", "moreau_minimiser", "moreau_prox",
+    "linear_baseline_weights", "make_params", "map_points", "mixed_target", "moreau_minimiser", "moreau_minimisers",
+    "moreau_prox",
     "newton_minimize", "newton_steps", "node_values", "overlap_updates", "overlaps_valid", "prox_omega_jacobian",
     "quasi_monte_carlo",
     "result_columns", "sample_loss", "solve_along_alpha", "solve_state_evolution", "solve_state_evolution_batch",
     "solve_state_evolution_grid",
-    "split_node", "stack_inits", "test_error", "token_swap_symmetric", "training_loss", "validate_params",
+    "split_node", "stack_inits", "test_error", "tie_weights", "token_swap_symmetric", "training_loss", "validate_params",
 ]

@@ -10,7 +10,10 @@ the lowest objective. `moreau_minimiser` is the state evolution's prox: a
 fixed number of steps from a few starts, the lowest objective kept, and a
 custom JVP from the implicit function theorem at the optimum (so `jax.jvp`
 and `jax.jacfwd` of anything built on it never differentiate through the
-iterations). `envelope_derivatives` gives `f` and its derivatives at the
+iterations); `moreau_minimisers` keeps every start (with the value's
+tangent from the envelope theorem) and `tie_weights` turns their values
+into a smoothed selection, continuous across a tie between two basins.
+`envelope_derivatives` gives `f` and its derivatives at the
 optimum by the implicit function theorem. All are pure and vmappable (the
 state evolution vmaps them over quadrature nodes, GAMP over samples).
 """
@@ -140,8 +143,8 @@ def newton_steps(objective: Callable[[Array], Array], h0: Array, n_steps: int, *
     return ProxResult(h=h, value=f, grad_norm=grad_norm, steps=jnp.asarray(n_steps), converged=grad_norm <= tol)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
-def _minimiser(objective, derivatives, theta, starts, n_steps, tol):
+def _run_starts(objective, derivatives, theta, starts, n_steps, tol):
+    """Fixed-step Newton from every start group: `hs (S, n)`, `values (S,)` (non-finite -> inf), `gnorms (S,)`."""
     results = []
     for group, steps in zip(starts, n_steps):
         results.append(jax.vmap(lambda h0, steps=steps: newton_steps(
@@ -150,7 +153,31 @@ def _minimiser(objective, derivatives, theta, starts, n_steps, tol):
     hs = jnp.concatenate([r.h for r in results])
     values = jnp.concatenate([r.value for r in results])
     gnorms = jnp.concatenate([r.grad_norm for r in results])
-    values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+    return hs, jnp.where(jnp.isfinite(values), values, jnp.inf), gnorms
+
+
+def _implicit_tangents(objective, derivatives, h, theta, dtheta):
+    """Tangents of a minimiser `h (n,)` of `objective(., theta)` and of its value along `dtheta`.
+
+    `dh = -H^{-1} d_theta grad_h objective` (implicit function theorem) and
+    `dvalue = d_theta objective + grad_h objective . dh` (the envelope theorem
+    plus the first-order effect of a residual gradient).
+    """
+    if derivatives is None:
+        H = jax.hessian(objective, argnums=0)(h, theta)
+        grad_h = jax.grad(objective, argnums=0)
+    else:
+        H = derivatives(h, theta)[2]
+        grad_h = lambda h_, th: derivatives(h_, th)[1]  # noqa: E731
+    g, dgrad = jax.jvp(lambda th: grad_h(h, th), (theta,), (dtheta,))
+    dh = -small_linalg.solve(0.5 * (H + H.T), dgrad)
+    _, dvalue = jax.jvp(lambda th: objective(h, th), (theta,), (dtheta,))
+    return dh, dvalue + g @ dh
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
+def _minimiser(objective, derivatives, theta, starts, n_steps, tol):
+    hs, values, gnorms = _run_starts(objective, derivatives, theta, starts, n_steps, tol)
     best = jnp.argmin(values)
     return hs[best], gnorms[best], best
 
@@ -160,15 +187,29 @@ def _minimiser_jvp(objective, derivatives, n_steps, tol, primals, tangents):
     theta, starts = primals
     dtheta, _ = tangents
     h, gnorm, best = _minimiser(objective, derivatives, theta, starts, n_steps, tol)
-    if derivatives is None:
-        H = jax.hessian(objective, argnums=0)(h, theta)
-        grad_h = jax.grad(objective, argnums=0)
-    else:
-        H = derivatives(h, theta)[2]
-        grad_h = lambda h_, th: derivatives(h_, th)[1]  # noqa: E731
-    _, dgrad = jax.jvp(lambda th: grad_h(h, th), (theta,), (dtheta,))
-    dh = -small_linalg.solve(0.5 * (H + H.T), dgrad)
+    dh, _ = _implicit_tangents(objective, derivatives, h, theta, dtheta)
     return (h, gnorm, best), (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
+def _all_minimisers(objective, derivatives, theta, starts, n_steps, tol):
+    return _run_starts(objective, derivatives, theta, starts, n_steps, tol)
+
+
+@_all_minimisers.defjvp
+def _all_minimisers_jvp(objective, derivatives, n_steps, tol, primals, tangents):
+    theta, starts = primals
+    dtheta, _ = tangents
+    hs, values, gnorms = _all_minimisers(objective, derivatives, theta, starts, n_steps, tol)
+    dhs, dvalues = jax.vmap(lambda h: _implicit_tangents(objective, derivatives, h, theta, dtheta))(hs)
+    dvalues = jnp.where(jnp.isfinite(values), dvalues, 0.0)
+    return (hs, values, gnorms), (dhs, dvalues, jnp.zeros_like(gnorms))
+
+
+def _start_groups(starts, n_steps):
+    if not isinstance(starts, (tuple, list)):
+        starts, n_steps = (starts,), (n_steps,)
+    return tuple(jax.lax.stop_gradient(s) for s in starts), tuple(int(k) for k in n_steps)
 
 
 def moreau_minimiser(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
@@ -184,10 +225,56 @@ def moreau_minimiser(objective: Callable[[Array, object], Array], theta, starts,
     optimum: `dh = -H^{-1} d_theta grad_h objective` (a switch of the selected
     start is not differentiated); `starts` is not differentiated.
     """
-    if not isinstance(starts, (tuple, list)):
-        starts, n_steps = (starts,), (n_steps,)
-    starts = tuple(jax.lax.stop_gradient(s) for s in starts)
-    return _minimiser(objective, derivatives, theta, starts, tuple(int(k) for k in n_steps), tol)
+    starts, n_steps = _start_groups(starts, n_steps)
+    return _minimiser(objective, derivatives, theta, starts, n_steps, tol)
+
+
+def moreau_minimisers(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
+                      tol: float = 1e-10, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
+    """Every start's fixed-step damped Newton minimisation of `objective(h, theta)`, none discarded.
+
+    Same arguments as `moreau_minimiser`. Returns `hs (S, n)`, `values (S,)`
+    (`inf` where not finite) and `grad_norms (S,)`, `S` the total number of
+    starts. Differentiable in `theta`: each `h_k` by the implicit function
+    theorem at its own optimum, each value by the envelope theorem
+    (`d value_k = d_theta objective(h_k, theta)`), so a smooth function of the
+    values (`tie_weights`) is differentiated exactly, switches included.
+    """
+    starts, n_steps = _start_groups(starts, n_steps)
+    return _all_minimisers(objective, derivatives, theta, starts, n_steps, tol)
+
+
+def tie_weights(values: Array, width, minimisers: Array | None = None, same_tol: float = 0.05) -> Array:
+    """Smoothed selection of the lowest of `values (S,)`: `softmax(-values / width)`, `(S,)`.
+
+    `width` is an energy: starts whose objective lies within a few `width` of the
+    lowest share the weight, the others get (exponentially) none; `inf` values
+    get exactly none. As `width -> 0` this is the one-hot of the argmin (ties
+    split). With `minimisers (S, n)`, starts that ended in the same basin
+    (`max|h_i - h_j| <= same_tol (1 + max|h|)`) count once, by the lowest of
+    them (the best converged): else a minimum found by two starts would be
+    favoured (by `width log 2` in energy), and a start still on its way to a
+    minimum another start has reached would be blended in. Used to make a
+    prox's selection between two basins continuous in the fields: the
+    weights' error against the hard selection is odd about a tie, so the
+    first order in `width` cancels from Gaussian averages of anything linear
+    in the weights (theory notes, section 8.5).
+    """
+    values = jnp.asarray(values)
+    finite = jnp.isfinite(values)
+    low = jnp.min(jnp.where(finite, values, jnp.inf))
+    keep = finite
+    if minimisers is not None:
+        h = jax.lax.stop_gradient(minimisers)
+        size = jnp.max(jnp.abs(h), axis=1)
+        scale = 1.0 + jnp.maximum(size[:, None], size[None, :])
+        same = jnp.max(jnp.abs(h[:, None] - h[None, :]), axis=-1) <= same_tol * scale
+        v = jax.lax.stop_gradient(values)
+        idx = jnp.arange(v.shape[0])
+        lower = (v[None, :] < v[:, None]) | ((v[None, :] == v[:, None]) & (idx[None, :] < idx[:, None]))
+        keep = finite & ~jnp.any(same & lower & finite[None, :], axis=1)
+    z = jnp.where(keep, -(values - low) / width, -jnp.inf)
+    return jax.nn.softmax(z)
 
 
 def moreau_prox(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from phasejax.theory.fields import (
@@ -38,7 +39,7 @@ from phasejax.theory.fields import (
     sym_sqrt_pinv,
 )
 from phasejax.theory.params import TiedAttentionParams
-from phasejax.theory.prox import envelope_derivatives, moreau_minimiser
+from phasejax.theory.prox import envelope_derivatives, moreau_minimiser, moreau_minimisers, tie_weights
 from phasejax.theory.quadrature import Quadrature
 
 Array = jax.Array
@@ -54,6 +55,8 @@ class NodeValues:
       grad_norm: `(N,)` prox gradient residual; xi: `(N, L, r)`; eta: `(N, L, t)`;
       df_domega: `(N, L, r, r)` and df_dhstar: `(N, L, r, t)` pointwise implicit derivatives (only with
         `hat_form="implicit"`, else `None`).
+      ff: `(N, L, r, r)` the weighted second moment `sum_k w_k f_k f_k^T` over a node's minima (only with a
+        `tie_width`, else `None`: then it is `f f^T`).
     """
 
     f: Array
@@ -65,6 +68,7 @@ class NodeValues:
     eta: Array
     df_domega: Array | None = None
     df_dhstar: Array | None = None
+    ff: Array | None = None
 
 
 def moreau_objective(h_flat: Array, theta) -> Array:
@@ -132,7 +136,7 @@ def closed_form_prox(params: TiedAttentionParams):
 def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: Array, alt_mode,
                 *, n_steps: int = 8, n_warm_steps: int | None = None, psd_tol: float = 1e-10,
                 prox_tol: float = 1e-9, extra_starts: bool = False, prox_starts: str = "multi",
-                hat_form: str = "stein") -> NodeValues:
+                hat_form: str = "stein", tie_width: float = 0.0) -> NodeValues:
     """Solve the proximal problem at every node `points (N, L (r + t))`.
 
     Starts: `warm (N, L r)` (the previous minimiser of the node; `n_warm_steps`
@@ -145,6 +149,18 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
     search from `h = 0` (the published method; it misses the global minimum
     where the mirror basin is lower). `hat_form="implicit"` adds the
     pointwise implicit derivatives of `f` (for the implicit-form hats).
+
+    `tie_width > 0` (an energy) replaces the hard selection by `tie_weights`:
+    `f`, `f f^T` (`ff`), the envelope and the loss are averages over the
+    node's distinct minima with weights `softmax(-M_k / tie_width)`, so a node
+    whose two basins are within a few `tie_width` of each other contributes a
+    mixture instead of jumping from one to the other (theory notes, section
+    8.5; Stein form only). It always uses both alternative starts (as with
+    `extra_starts`), so that the minima found do not depend on `alt_mode`. `h`
+    stays the lowest start's minimiser (the next warm start). A start that
+    has not converged (gradient above `prox_tol`) and is not the lowest gets
+    no weight: after a few Newton steps it may be anywhere on its way to a
+    minimum that another start has already reached.
     """
     L, r = params.L, params.r
     maps = field_maps(ov, params, psd_tol)
@@ -154,8 +170,10 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
         raise ValueError(f"prox_starts must be 'multi' or 'zero', got {prox_starts!r}")
     if hat_form not in ("stein", "implicit"):
         raise ValueError(f"hat_form must be 'stein' or 'implicit', got {hat_form!r}")
+    check_tie_width(tie_width, hat_form)
     objective, derivatives = closed_form_prox(params)
     n_warm = n_steps if n_warm_steps is None else n_warm_steps
+    extra_starts = extra_starts or tie_width > 0       # a blend needs the same minima found at every call
 
     def node(z, h_warm):
         xi, eta = split_node(z, params)
@@ -169,6 +187,22 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
             starts, steps = (h_warm[None], jnp.stack([-h_warm, w])), (n_warm, n_steps)
         else:
             starts, steps = (h_warm[None], jnp.where(alt_mode == 0, -h_warm, w)[None]), (n_warm, n_steps)
+        if tie_width > 0:
+            hs, values, gnorms = moreau_minimisers(objective, theta, starts, n_steps=steps, tol=prox_tol,
+                                                   derivatives=derivatives)
+            # a start still on its way (not converged) is left out unless it is the lowest: after a few Newton
+            # steps it may sit anywhere on the way to a minimum another start has reached
+            counted = (gnorms <= prox_tol) | (jnp.arange(values.shape[0]) == jnp.argmin(values))
+            w = tie_weights(jnp.where(counted, values, jnp.inf), tie_width, hs)
+            hks = hs.reshape(-1, L, r)
+            fk = jnp.einsum("lab,klb->kla", V_inv, hks - omega[None])
+            f = jnp.einsum("k,kla->la", w, fk)
+            ff = jnp.einsum("k,kla,klb->lab", w, fk, fk)
+            envelope = w @ jnp.where(w > 0, values, 0.0)
+            loss = w @ jax.vmap(lambda hk: sample_loss(hk, T, params))(hks)
+            gnorm = jnp.max(jnp.where(w > 0, gnorms, 0.0))
+            h = hs[jnp.argmin(values)]
+            return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff)
         h, gnorm, _ = moreau_minimiser(objective, theta, starts, n_steps=steps, tol=prox_tol,
                                        derivatives=derivatives)
         hm = h.reshape(L, r)
@@ -184,6 +218,14 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
     return jax.vmap(node)(points, warm)
 
 
+def check_tie_width(tie_width, hat_form: str) -> None:
+    """Raise `ValueError` unless `tie_width` is a finite number `>= 0`, and `0` unless `hat_form == "stein"`."""
+    if not (isinstance(tie_width, (int, float)) and np.isfinite(tie_width) and tie_width >= 0):
+        raise ValueError(f"tie_width must be a finite number >= 0, got {tie_width!r}")
+    if tie_width > 0 and hat_form != "stein":
+        raise ValueError("tie_width > 0 needs hat_form='stein' (the implicit form has no smoothed derivatives)")
+
+
 def hats_from_nodes(ov: Overlaps, params: TiedAttentionParams, nodes: NodeValues, weights: Array,
                     maps: FieldMaps | None = None, hat_form: str = "stein") -> Hats:
     """Hats from node values and `weights (N,)` summing to 1: Stein form (module docstring), or with
@@ -193,7 +235,7 @@ def hats_from_nodes(ov: Overlaps, params: TiedAttentionParams, nodes: NodeValues
     a = params.alpha
     f = nodes.f
     E = lambda v: jnp.tensordot(weights, v, axes=1)  # noqa: E731
-    qhat = a * E(jnp.einsum("nla,nlb->nlab", f, f))
+    qhat = a * E(jnp.einsum("nla,nlb->nlab", f, f) if nodes.ff is None else nodes.ff)
     mhat = a * E(f)
     s = params.sigma[:, None, None]
     f_eta = E(jnp.einsum("nla,nlb->nlab", f, nodes.eta))  # (L, r, t)

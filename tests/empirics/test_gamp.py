@@ -121,6 +121,7 @@ def test_traced_invalid_damping_reports_invalid_input():
     assert int(run(0.5)) != Status.INVALID_INPUT
 
 
+@pytest.mark.slow       # 24 s, mostly compilation; GAMP itself is tested above, the chunked sweep in tests/test_sweep.py
 def test_sweep_equals_single_runs_and_round_trips():
     """The vmapped sweep reproduces `gamp` run by run; write-then-load gives the same result."""
     with phasejax.float64_scope():

@@ -16,7 +16,7 @@ from phasejax.empirics import (
 from phasejax.theory import make_params
 
 
-@pytest.mark.parametrize("t", [1, 2])
+@pytest.mark.parametrize("t", [1, pytest.param(2, marks=pytest.mark.slow)])   # t = 2: 7 s more of eager draws
 def test_teacher_norm_is_the_norm_of_the_generated_teacher(t):
     """The teacher alone, redrawn from the seed, is the one `generate_data` builds for that seed (any alpha, n)."""
     params = make_params(1.0, 0.3, t=t)

@@ -276,6 +276,7 @@ def test_float32_sweep_reaches_the_float64_minimisers(precision_runs):
     np.testing.assert_allclose(runs[jnp.float32]["test_error"], runs[jnp.float64]["test_error"], rtol=1e-3)
 
 
+@pytest.mark.slow       # 14 s; the sandboxes test their own masked padding in the default suite
 def test_masked_padding_equals_the_unpadded_run():
     kw = dict(params=PAPER, d=40, dtype=jnp.float64, quadrature_order=4)
     with float64_scope():

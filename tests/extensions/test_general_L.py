@@ -67,6 +67,7 @@ def test_L2_through_the_generic_path_equals_the_closed_form_path():
                 np.testing.assert_allclose(y, x, rtol=1e-7, atol=1e-10)
 
 
+@pytest.mark.slow       # 13-17 s; the L = 2 reduction through the generic path stays in the default suite
 def test_L3_map_is_invariant_under_token_reversal():
     """Map of (sigma, A, C) at a state == map of (P sigma, P A P^T, P C) with the rule's token blocks reversed."""
     with float64_scope():

@@ -285,3 +285,34 @@ def test_experiments_approach_theory_with_d():
         runs = train_rank2((1.3,), (0.3,), (0, 1, 2), d=d, inits=("positional",))
         devs.append(abs(np.mean(runs["test_error"]) / th["test_error"][pos][0] - 1))
     assert devs[1] < devs[0] or devs[1] < 0.05
+
+
+@pytest.mark.slow
+def test_smoothed_selection_converges_where_the_hard_one_stops():
+    """Rank-2 semantic solve at alpha = 2.3 (the first, cold point of the preset's semantic row) on the preset's
+    2^11-point rule: with the hard selection of each node's prox minimum it stops at the iteration cap (the
+    finite rule's map jumps); with `RANK2_SE_CONFIG` (`tie_width = 1e-3`) it converges, to a training loss
+    inside the stopped solve's uncertainty and equal at tie_width 1e-3 and 3e-4 within the quadrature errors
+    (theory notes, section 8.5)."""
+    import dataclasses
+
+    from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, RANK2_SE_CONFIG, resolved_rows
+    from phasejax.theory.quadrature import SobolRule
+
+    rule = SobolRule.create(6, 11, 4)
+    params = rank2_params(2.3, 0.3)
+    with float64_scope():
+        init = rank2_init("semantic", params)
+        hard = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG)
+        soft = solve_state_evolution(params, init, rule, RANK2_SE_CONFIG)
+        finer = solve_state_evolution(params, init, rule, dataclasses.replace(RANK2_SE_CONFIG, tie_width=3e-4))
+    assert hard.status_name == "max_iterations"
+    assert soft.status_name == "converged" and finer.status_name == "converged"
+    table = {k: np.asarray([v]) for k, v in dict(
+        converged=False, train_loss=float(hard.train_loss), train_loss_err=float(hard.errors.train_loss),
+        energetic_loss=float(hard.energetic_loss), status="max_iterations",
+        solver_shift=0.0).items()}
+    _, unc = resolved_rows(table)
+    assert abs(float(soft.train_loss) - float(hard.train_loss)) < unc[0]
+    both = float(soft.errors.train_loss) + float(finer.errors.train_loss)
+    assert abs(float(soft.train_loss) - float(finer.train_loss)) < both

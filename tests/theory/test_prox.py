@@ -1,4 +1,5 @@
-"""The proximal step: damped Newton, multi-start, implicit derivatives, the closed-form L = 2 objective."""
+"""The proximal step: damped Newton, multi-start, implicit derivatives, the closed-form L = 2 objective, the
+smoothed selection at ties between basins."""
 
 import chex
 import jax
@@ -8,9 +9,15 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.theory import envelope_derivatives, make_params, moreau_prox, newton_minimize
-from phasejax.theory.fields import sample_loss
-from phasejax.theory.prox import moreau_minimiser
-from phasejax.theory.updates import moreau_objective, pair_dot_product_derivatives, pair_dot_product_objective
+from phasejax.theory import SEConfig
+from phasejax.theory.fields import Overlaps, sample_loss
+from phasejax.theory.prox import moreau_minimiser, moreau_minimisers, tie_weights
+from phasejax.theory.updates import (
+    moreau_objective,
+    node_values,
+    pair_dot_product_derivatives,
+    pair_dot_product_objective,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -137,3 +144,117 @@ def test_moreau_minimiser_derivative_is_the_implicit_one():
     # the minimiser is stationary
     _, grad, _ = pair_dot_product_derivatives(h_hat(omega), (omega, T, V_inv, params))
     assert float(jnp.max(jnp.abs(grad))) < 1e-10
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Smoothed selection at ties between basins (tie_weights, moreau_minimisers, node_values(tie_width=...))
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_tie_weights_select_the_lowest_and_count_each_minimum_once():
+    np.testing.assert_allclose(tie_weights(jnp.asarray([0.0, 1.0, jnp.inf]), 1e-3), [1.0, 0.0, 0.0], atol=1e-300)
+    np.testing.assert_allclose(tie_weights(jnp.asarray([0.0, 2e-3 * np.log(3.0)]), 2e-3), [0.75, 0.25], rtol=1e-12)
+    # a minimum found by two starts counts once; the higher (less converged) copy gets nothing
+    hs = jnp.asarray([[1.0, 0.5], [-1.0, -0.5], [1.0 + 1e-9, 0.5], [1.01, 0.51]])
+    w = tie_weights(jnp.asarray([0.0, 0.0, 0.0, 1e-6]), 1e-3, hs)
+    np.testing.assert_allclose(w, [0.5, 0.5, 0.0, 0.0], atol=1e-15)
+    # the one-hot argmin in the limit of zero width
+    np.testing.assert_allclose(tie_weights(jnp.asarray([3e-9, 1e-9, 2e-9]), 1e-12), [0.0, 1.0, 0.0], atol=1e-300)
+
+
+def _mirror_problem(s):
+    """Two mirror basins whose values tie at `s = 0` (the objective is even in h at omega = 0)."""
+    params = make_params(2.0, 0.3)
+    omega = jnp.asarray([[1.0], [-0.4]]) * s
+    T = jnp.asarray([[0.95, 0.05], [0.1, 0.9]])
+    return omega, T, jnp.full((2, 1, 1), 1.0 / 12.0), params
+
+
+@jax.jit
+def _minima_at(s):
+    theta = _mirror_problem(s)
+    starts = jnp.asarray([[1.0, -1.0], [-1.0, 1.0], [0.3, 0.2]])
+    return moreau_minimisers(pair_dot_product_objective, theta, starts, n_steps=40,
+                             derivatives=pair_dot_product_derivatives)
+
+
+def test_moreau_minimisers_tangents_are_the_implicit_and_envelope_derivatives():
+    """Every start's minimiser moves as the implicit function theorem says and its value as the envelope
+    theorem says (central differences), including the basin that is not the lowest."""
+    s0 = 0.03
+    hs, values, gnorms = _minima_at(s0)
+    assert float(jnp.max(gnorms)) < 1e-10
+    assert float(jnp.max(jnp.abs(hs[0] - hs[1]))) > 0.5 and abs(float(values[0] - values[1])) < 0.05   # two basins
+    _, (dhs, dvalues, _) = jax.jvp(_minima_at, (s0,), (1.0,))
+    eps = 1e-6
+    hp, vp, _ = _minima_at(s0 + eps)
+    hm, vm, _ = _minima_at(s0 - eps)
+    np.testing.assert_allclose(dhs, (hp - hm) / (2 * eps), atol=1e-6)
+    np.testing.assert_allclose(dvalues, (vp - vm) / (2 * eps), atol=1e-7)
+
+
+def test_tie_blend_is_continuous_across_a_tie_and_tends_to_the_hard_selection():
+    """Across the tie at s = 0 the lowest basin's f jumps; the blend with tie_width moves smoothly (its
+    largest step over a fine scan shrinks with the scan step) and equals the hard selection a few widths away."""
+
+    @jax.jit
+    def f_of(s, width):
+        hs, values, _ = _minima_at(s)
+        omega, _, V_inv, _ = _mirror_problem(s)
+        fk = (hs - omega.reshape(1, 2)) * V_inv[:, 0, 0]
+        hard = fk[jnp.argmin(values)]
+        return hard, tie_weights(values, width, hs) @ fk
+
+    width = 1e-4                                       # the values part by about 0.1 |s|: a blend for |s| ~ 1e-3
+    for n in (201, 401):
+        s = np.linspace(-0.005, 0.005, n)
+        hard, soft = jax.vmap(f_of, in_axes=(0, None))(jnp.asarray(s), width)
+        jump = float(jnp.max(jnp.abs(jnp.diff(hard, axis=0))))
+        step = float(jnp.max(jnp.abs(jnp.diff(soft, axis=0))))
+        assert jump > 0.05                             # the hard selection jumps between the mirror basins
+        assert step < 0.2 * jump * 201 / n             # the blend does not: its steps shrink with the scan step
+    far = jnp.asarray(np.r_[-np.linspace(0.02, 0.03, 5), np.linspace(0.02, 0.03, 5)])
+    hard, soft = jax.vmap(f_of, in_axes=(0, None))(far, width)
+    np.testing.assert_allclose(soft, hard, atol=1e-9)
+
+
+def test_node_values_with_a_tie_width_blend_minima_and_differentiate_exactly():
+    """`node_values(tie_width=...)`: the blended `f`, its second moment `ff` and the envelope have the JVP of
+    central differences (all starts converged: 40 steps), the weights' switch included. (That a vanishing width
+    gives the hard selection is `tie_weights`'s limit, tested above.)"""
+    params = make_params(1.5, 0.3)
+    ov = Overlaps(q0=jnp.asarray([[0.2]]), m=jnp.asarray([[0.0]]), V0=jnp.asarray([[54.0]]),
+                  theta0=jnp.asarray([[0.0]]))
+    rng = np.random.default_rng(0)
+    points = jnp.asarray(rng.normal(size=(256, 4)))
+    warm = jnp.asarray(rng.normal(size=(256, 2)))      # warm and its mirror start in both basins
+
+    width = 2e-3
+
+    def nodes(m, width):
+        o = ov.replace(m=jnp.full((1, 1), m, jnp.float64))
+        return node_values(o, params, points, warm, 0, n_steps=40, extra_starts=True, tie_width=width)
+
+    eps = 1e-6
+
+    @jax.jit                                           # one compilation for everything below
+    def evaluate():
+        blended, tangent = jax.jvp(lambda m: nodes(m, width), (0.0,), (1.0,))
+        pair = jax.vmap(lambda m: nodes(m, width))(jnp.asarray([eps, -eps]))
+        return blended, tangent, pair
+
+    blended, tangent, pair = evaluate()
+    assert float(jnp.max(blended.grad_norm)) < 1e-9
+    mixed = jnp.abs(blended.ff - jnp.einsum("nla,nlb->nlab", blended.f, blended.f)).reshape(256, -1).max(1) > 1e-8
+    assert int(jnp.sum(mixed)) >= 3                   # some nodes sit near a tie and are blends
+    for key in ("f", "ff", "envelope"):
+        fd = (getattr(pair, key)[0] - getattr(pair, key)[1]) / (2 * eps)
+        np.testing.assert_allclose(getattr(tangent, key), fd, atol=1e-5 * (1 + float(jnp.max(jnp.abs(fd)))), err_msg=key)
+
+
+def test_tie_width_is_validated():
+    for bad in (-1e-3, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="tie_width"):
+            SEConfig(tie_width=bad)
+    with pytest.raises(ValueError, match="tie_width"):
+        SEConfig(tie_width=1e-3, hat_form="implicit")
