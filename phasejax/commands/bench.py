@@ -1,0 +1,82 @@
+"""Time every benchmark figure of phasejax on the device JAX sees and write one JSON record.
+
+    phasejax bench                                   # every figure; results/bench/<cpu|gpu|tpu>.json
+    phasejax bench --parts cold_solve warm_point     # some figures
+    phasejax bench --quick --out /tmp/bench          # every figure shrunk to a tiny size (a smoke test)
+
+Figures (`phasejax.bench`): cold_solve (one cold solve per subspace, compilation included, then after
+compilation), warm_point (one continuation point after compilation), batch (a 32-point continuation grid per
+point, against the published method on one point timed in the same run), main_job (the default phase diagram,
+compilation included), paper_diagram (the paper's 40 x 20 x 2 diagram; with --project, the default on a CPU,
+projected from 2 of its 20 omega rows), training (the vmapped training sweep and the solvers, as
+`phasejax bench-training`). The record holds the UTC date, the device, the versions and git commit, and per
+figure: seconds, seconds per point, points, whether compilation is included, statuses, and for batch the
+published method's time and the ratio. An existing record is never replaced without --overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+NAME = "bench"
+HELP = "time every benchmark figure on the device JAX sees; writes results/bench/<device>.json"
+
+
+def add_arguments(ap) -> None:
+    from phasejax.bench import FIGURES, PROJECT_ROWS
+
+    ap.add_argument("--parts", nargs="+", choices=FIGURES, default=list(FIGURES), metavar="PART",
+                    help=f"figures to time, of: {', '.join(FIGURES)}")
+    ap.add_argument("--quick", action="store_true",
+                    help="shrink every figure to a tiny size (few points, 4 Gauss-Hermite nodes per dimension, the "
+                         "published method at 2): a smoke test, not a measurement; the record says quick: true")
+    ap.add_argument("--project", action=argparse.BooleanOptionalAction, default=None,
+                    help=f"paper_diagram: run {PROJECT_ROWS} of its omega rows and project the full diagram's time "
+                         f"(default: on a CPU, where the full diagram takes over an hour); --no-project runs it all")
+    ap.add_argument("--reference", default=None,
+                    help="the published method's script (default: shared/reference_method/se_scipy_loop.py inside "
+                         "or beside the repository; batch records it as missing if there is none)")
+    ap.add_argument("--out", default=os.path.join("results", "bench"), help="folder of the record <device>.json")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing record")
+    ap.add_argument("--no-progress", action="store_true", help="no progress lines (stderr) or progress bars")
+
+
+def record_path(out: str, device: str) -> str:
+    """`<out>/<device>.json`."""
+    return os.path.join(out, f"{device}.json")
+
+
+def refuse_existing(path: str, overwrite: bool) -> None:
+    """Exit with a one-line error if `path` exists and `overwrite` is off."""
+    if os.path.exists(path) and not overwrite:
+        raise SystemExit(f"error: {path} exists; pass --overwrite to replace it")
+
+
+def run(args) -> int:
+    from phasejax import bench
+    from phasejax.io import atomic_write_json
+
+    path = record_path(args.out, bench.device_name())
+    refuse_existing(path, args.overwrite)            # before any compute
+    reference = args.reference
+    if reference is not None and not os.path.isfile(reference):
+        raise SystemExit(f"error: --reference {reference}: no such file")
+    import jax
+
+    plan = bench.BenchPlan(quick=args.quick, reference=reference or bench.find_reference(),
+                           project=(jax.default_backend() == "cpu") if args.project is None else args.project,
+                           progress=not args.no_progress)
+
+    def progress(line: str) -> None:
+        if not args.no_progress:
+            print(line, file=sys.stderr, flush=True)
+
+    report = bench.benchmark_report(args.parts, plan, progress=progress)
+    refuse_existing(path, args.overwrite)            # another process may have written it meanwhile
+    atomic_write_json(path, report)
+    for entry in report["figures"]:
+        print(f"{entry['name']}: {bench.summary_line(entry)}")
+    print(f"wrote: {path}")
+    return 0

@@ -1,0 +1,93 @@
+"""`phasejax bench`: the record it writes (a quick run of two figures), the refusal to overwrite, `--parts`
+validation, and the pure helpers of `phasejax.bench`."""
+
+import contextlib
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from phasejax import bench
+from phasejax.cli import main
+
+
+def _run(argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+            if isinstance(code, str):      # `SystemExit("error: ...")`: Python prints it and exits with 1
+                print(code, file=err)
+                code = 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_quick_bench_writes_one_record_per_device(tmp_path):
+    code, out, err = _run(["bench", "--quick", "--parts", "cold_solve", "warm_point", "--out", str(tmp_path)])
+    assert code == 0, err
+    path = tmp_path / f"{bench.device_name()}.json"
+    assert f"wrote: {path}" in out
+    assert "bench: cold_solve" in err and "bench: warm_point" in err          # progress lines on stderr
+    record = json.loads(path.read_text())
+    assert record["quick"] is True and record["parts"] == ["cold_solve", "warm_point"]
+    assert record["date"].endswith("+00:00")                                  # UTC, ISO 8601
+    assert {"kind", "count", "cpu_count", "platform"} <= set(record["device"])
+    assert record["device"]["count"] >= 1
+    versions = record["versions"]
+    assert {"python", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "phasejax", "git_commit"} <= set(versions)
+    assert all(versions[k] for k in ("python", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "phasejax"))
+    figures = {f["name"]: f for f in record["figures"]}
+    assert list(figures) == ["cold_solve", "warm_point"]
+    for f in figures.values():
+        assert {"what", "seconds", "seconds_per_point", "points", "solves", "compilation_included", "statuses",
+                "converged"} <= set(f)
+        assert _positive(f["seconds"]) and _positive(f["seconds_per_point"]) and f["points"] >= 1
+        assert sum(f["statuses"].values()) == f["solves"] and f["converged"] == f["statuses"].get("converged", 0)
+        assert f["converged"] >= 1
+    cold, warm = figures["cold_solve"], figures["warm_point"]
+    assert cold["compilation_included"] is True and len(cold["calls"]) == 4
+    assert all(_positive(c["seconds"]) for c in cold["calls"])
+    assert _positive(cold["after_compilation"]["seconds"])
+    assert warm["compilation_included"] is False and warm["first_call"]["compilation_included"] is True
+    assert math.isclose(warm["seconds_per_point"] * warm["points"], warm["seconds"])
+    assert _positive(warm["mean_iterations"]) and _positive(warm["first_call"]["seconds"])
+
+
+def test_an_existing_record_is_not_overwritten(tmp_path):
+    path = tmp_path / f"{bench.device_name()}.json"
+    path.write_text('{"kept": true}\n')
+    code, _, err = _run(["bench", "--quick", "--parts", "cold_solve", "--out", str(tmp_path), "--no-progress"])
+    assert code == 1
+    assert path.read_text() == '{"kept": true}\n'
+    assert "--overwrite" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("parts", [["nope"], ["cold_solve", "bogus"], []])
+def test_parts_must_name_known_figures(parts, tmp_path):
+    code, _, err = _run(["bench", "--parts", *parts, "--out", str(tmp_path)])
+    assert code == 2 and "argument --parts" in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_missing_reference_script_is_an_error(tmp_path):
+    code, _, err = _run(["bench", "--parts", "batch", "--reference", str(tmp_path / "none.py"), "--out",
+                         str(tmp_path)])
+    assert code == 1 and "--reference" in err
+
+
+def test_helpers():
+    assert bench.device_name("cuda") == "gpu" and bench.device_name("tpu") == "tpu"
+    assert bench.measured_rows(20, 2).tolist() == [5, 15]
+    assert bench.measured_rows(3, 5).tolist() == [0, 1, 2]
+    assert bench.status_counts(np.array([[0, 0], [1, 0]])) == {"converged": 3, "max_iterations": 1}
+    s = bench.main_job_settings()
+    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (23, 11, 1, 2)
+    assert set(bench.FIGURES) == {"cold_solve", "warm_point", "batch", "main_job", "paper_diagram", "training"}
