@@ -142,3 +142,46 @@ def test_sobol_rule_rejects_bad_arguments():
         SobolRule.create(4, log2_n=0)
     with pytest.raises(ValueError, match="dim"):
         SobolRule.create(0)
+
+
+def test_split_rule_in_teacher_coordinates_splits_on_the_semantic_switch_sheet(x64):
+    """With `theta0 > 0` and `h_V` along `h*`, the switch between mirror minima is `omega . h* = 0`, at `m = 0`
+    the quadric `xi . (c xi + s eta) = 0` (`c = theta0 q0^{-1/2}`, `s = (1 - c^2)^{1/2}`): at fixed `eta` a
+    circle through the pivot, which the plain layout cuts with a line. In teacher coordinates each teacher
+    node holds one `h*`, and with normals along it the sheet is that node's split plane: the step across it
+    is integrated exactly, node by node."""
+    import jax.numpy as jnp
+
+    params = make_params(2.0, 0.3)
+    q0, theta0 = 0.3, 0.43
+    ov = Overlaps(q0=jnp.full((1, 1), q0), m=jnp.zeros((1, 1)), V0=jnp.full((1, 1), 11.0),
+                  theta0=jnp.full((1, 1), theta0))
+    c = theta0 / np.sqrt(q0)
+    s = np.sqrt(1.0 - c**2)
+    rule = SplitProductRule(teacher_coordinates=True)
+    EP, EM, W_teacher = rule.eta_nodes(jnp.float64)
+    u, v = rule._uv(params)
+    teacher = np.asarray(EP[:, None] * v[None] + EM[:, None] * u[None])          # (K, 2) h* / sigma per node
+    K = len(teacher)
+    normal = teacher / np.linalg.norm(teacher, axis=1, keepdims=True)
+    q = jax.jit(lambda ov, params, n: rule.rule(ov, params, frame=n))(ov, params, jnp.asarray(normal))
+    z, w = np.asarray(q.points), np.asarray(q.weights)
+    xi, eta = z[:, :2], z[:, 2:]
+    hstar = c * xi + s * eta
+    np.testing.assert_allclose(hstar.reshape(K, -1, 2), np.broadcast_to(teacher[:, None], (K, len(z) // K, 2)),
+                               atol=1e-12)
+    step = (np.sum(xi * hstar, axis=1) > 0).astype(float)
+    per_node = (w * step).reshape(K, -1).sum(1)
+    # xi . h* > 0  <=>  n . xi' > -(c / s) |h*|: the weight above the split of each teacher node
+    np.testing.assert_allclose(per_node, np.asarray(W_teacher) * ndtr(c * np.linalg.norm(teacher, axis=1) / s),
+                               atol=1e-13)
+    assert w.sum() == pytest.approx(1.0, abs=1e-10)
+
+
+def test_split_rule_in_teacher_coordinates_is_the_plain_layout_where_theta_vanishes(x64):
+    """On the positional branch (`theta0 = 0`) the teacher's field is `eta`: the same nodes and weights."""
+    params, ov = make_params(2.0, 0.3), _overlaps()
+    a, b = SplitProductRule(teacher_coordinates=False), SplitProductRule(teacher_coordinates=True)
+    qa, qb = jax.jit(lambda ov, params: (a.main(ov, params), b.main(ov, params)))(ov, params)
+    np.testing.assert_allclose(np.asarray(qb.points), np.asarray(qa.points), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(qb.weights), np.asarray(qa.weights), rtol=0, atol=1e-15)
