@@ -41,6 +41,7 @@ def plot_phase_map(pd, path: str) -> str:
     lin = float(np.clip(lin, lim * 1e-5, lim * 1e-1))
     fig = Figure(figsize=(7.6, 5.4))
     ax = fig.subplots()
+    ax.set_facecolor("0.75")          # cells without a value show grey, never the white of Delta e_t ~ 0
     mesh = ax.pcolormesh(a, w, d, shading="nearest", cmap="RdBu_r",
                          norm=SymLogNorm(linthresh=lin, vmin=-lim, vmax=lim, base=10))
     cb = fig.colorbar(mesh, ax=ax, pad=0.02)
@@ -66,8 +67,22 @@ def plot_phase_map(pd, path: str) -> str:
     W, A = np.meshgrid(w, a, indexing="ij")
     if np.any(multi):
         ax.plot(A[multi], W[multi], ".", color="0.3", ms=3, label="several fixed points in a subspace")
-    if np.any(none):
-        ax.plot(A[none], W[none], "x", color="orange", label="no converged fixed point")
+    for key, style, label in (("end_positional", dict(color="C1", ls="-.", marker="<"),
+                               r"positional branch ends (collapses onto $m = 0$)"),
+                              ("end_semantic", dict(color="C0", ls="-.", marker=">"),
+                               r"semantic branch ends (collapses onto $\theta = 0$)")):
+        if key in th and np.any(np.isfinite(np.asarray(th[key], float))):
+            ax.plot(np.asarray(th[key], float), w, ms=5, label=label, **style)
+    verdict = {b: np.asarray(pd.table.get(f"verdict_{b}", np.full(W.shape, "converged")), str)
+               for b in ("positional", "semantic")}
+    for b, marker in (("positional", "|"), ("semantic", "_")):
+        absent = np.char.startswith(verdict[b], "absent")
+        if np.any(absent):
+            ax.plot(A[absent], W[absent], marker, color="0.35", ms=5, label=f"{b} branch absent (on its plane)")
+    unresolved = np.char.startswith(verdict["positional"], "unresolved") | \
+        np.char.startswith(verdict["semantic"], "unresolved") | none
+    if np.any(unresolved):
+        ax.plot(A[unresolved], W[unresolved], "x", color="orange", label="unresolved: no converged fixed point")
     ax.set_xlabel(r"sample complexity $\alpha = n/d$")
     ax.set_ylabel(r"positional share of the target $\omega$")
     ax.set_xlim(a[0] - 0.5 * (a[1] - a[0]) if a.size > 1 else a[0] - 0.1,

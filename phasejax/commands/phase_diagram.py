@@ -8,12 +8,15 @@
 Writes to --out: points.csv (every fixed point found, with errors, stability, status), diagram.csv (per point:
 both branches, Delta e_t with its error, the global minimum, the linear baseline, gains, number of fixed
 points), thresholds.csv (omega, alpha_c, alpha_l with 95% errors and statuses, spinodals), summary.json,
-grid.json, phase_map.png and a slice plot. A killed run resumes from --run-dir.
+grid.json, phase_map.png and a slice plot. A killed run resumes from --run-dir. Every cell gets a verdict per
+subspace (converged; absent, with where the branch collapses onto its invariant plane; unresolved): the
+command exits 1 when any cell is unresolved.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from phasejax.commands.argtypes import (
@@ -83,4 +86,11 @@ def run(args) -> int:
         print(f"omega={om:.3f}  alpha_c={th['alpha_c'][i]:.4f} +- {th['alpha_c_err'][i]:.4f} ({th['alpha_c_status'][i]})"
               f"  alpha_l={th['alpha_l'][i]:.4f} +- {th['alpha_l_err'][i]:.4f} ({th['alpha_l_status'][i]})")
     print("wrote:\n  " + "\n  ".join(paths))
+    holes = pd.unresolved()
+    if holes:
+        listed = "; ".join(f"omega={w:g} alpha={a:g} {b}: {v}" for w, a, b, v in holes[:8])
+        more = f" and {len(holes) - 8} more" if len(holes) > 8 else ""
+        print(f"phasejax phase-diagram: error: {len(holes)} cells have neither a converged fixed point nor a "
+              f"verdict of absence ({listed}{more}); see the verdict columns of diagram.csv", file=sys.stderr)
+        return 1
     return 0

@@ -3,7 +3,9 @@
     phasejax solve --alpha 1 2 --omega 0.3 --branch semantic
 
 Keys: alpha, omega, branch, q, m, V, theta, test_error, train_loss, residual (each value with `<key>_err`, a
-95% half-width of its quadrature error; NaN for a fixed Gauss-Hermite rule), converged, iterations, status.
+95% half-width of its quadrature error; NaN for a fixed Gauss-Hermite rule), converged, iterations, status,
+verdict (converged; absent where the branch's fixed point lies on its invariant plane; unresolved). Exits 1
+(after printing every point) when a point did not converge.
 q, V, theta are the per-token sigma_1^2 q0, sigma_1^2 V0, sigma_1^2 theta0 (first token; first entry for
 r, t > 1); m is the first entry of m. Default quadrature: the converged adapted rule (docs/theory.md, 8.2).
 """
@@ -11,6 +13,7 @@ r, t > 1); m is the first entry of m. Default quadrature: the converged adapted 
 from __future__ import annotations
 
 import json
+import sys
 
 from phasejax.commands.argtypes import nonnegative_float, positive_float, positive_int, unit_interval
 
@@ -69,6 +72,7 @@ def run(args) -> int:
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))
     keys = ("q", "m", "V", "theta", "test_error", "train_loss")
+    failed = []
     for i in range(alpha.shape[0]):
         row = dict(alpha=float(alpha[i]), omega=float(omega[i]), branch=args.branch)
         for k in keys:
@@ -77,5 +81,27 @@ def run(args) -> int:
         row.update(residual=float(cols["residual"][i]), converged=bool(cols["converged"][i]),
                    iterations=int(cols["iterations"][i]), status=status_name(cols["status"][i]),
                    stability=float(cols["stability"][i]), subspace_gain=float(cols["subspace_gain"][i]))
-        print(json.dumps(row))
+        row["verdict"] = point_verdict(row)
+        if not row["converged"]:
+            failed.append(f"alpha={row['alpha']:g} omega={row['omega']:g}: {row['status']} "
+                          f"(residual {row['residual']:.1e})")
+        print(json.dumps(row), flush=True)
+    if failed:
+        print(f"phasejax solve: error: {len(failed)} of {alpha.shape[0]} points did not converge: "
+              + "; ".join(failed), file=sys.stderr)
+        return 1
     return 0
+
+
+def point_verdict(row: dict) -> str:
+    """`converged`; `absent: ...` where the branch's fixed point lies on its invariant plane (it collapsed onto
+    the agnostic fixed point: the branch does not exist there); `unresolved: <status>`. As the phase diagram's
+    verdicts (`phasejax.phase.branch_verdicts`)."""
+    from phasejax.phase import COLLAPSE_TOL
+
+    if not row["converged"]:
+        return "unresolved: " + row["status"]
+    name = {"positional": "m", "semantic": "theta"}.get(row["branch"])
+    if name is not None and abs(row[name]) <= COLLAPSE_TOL:
+        return f"absent: the fixed point lies on the invariant plane {name} = 0"
+    return "converged"

@@ -200,6 +200,105 @@ def branch_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], key: str) ->
     return out
 
 
+# The order parameter each subspace's branch needs non-zero: the positional branch lives in theta0 = 0 and
+# ends where it merges with the plane m = 0; the semantic branch lives in m = 0 and ends on theta = 0.
+ORDER_PARAMETER = ("m", "theta")
+COLLAPSE_TOL = 1e-5     # |m| or |theta| (per token) below this: the fixed point lies on the invariant plane
+
+
+def branch_verdicts(grid: PhaseGrid, points: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A verdict per `(omega, alpha, subspace)` and where each branch ends by collapsing.
+
+    Verdicts, shape `(n_omega, n_alpha, 2)` (strings):
+
+    * `"converged"`: the subspace's branch (lowest-`e_t` converged fixed point) exists there, with its order
+      parameter (`m` positional, `theta` semantic) away from zero (`> COLLAPSE_TOL`).
+    * `"absent: collapses onto theta = 0 at alpha = X (between a1 and a2)"` (or `m = 0`): the subspace's
+      fixed point converged onto the invariant plane (it is the agnostic fixed point), so the branch does not
+      exist there. The branches end by a pitchfork (the target is even in `h*`, and in the token-swap
+      symmetric problem the fields are symmetric under `m -> -m`): the order parameter squared falls
+      linearly to zero at `X`, found from the two converged branch points nearest the collapse (with one,
+      halfway to the first collapsed point), within the grid interval `[a1, a2]` it lies in.
+    * `"unresolved: <status>"`: no fixed point converged there (the phase-diagram command exits non-zero).
+
+    Also returns `ends (n_omega, 2)`: per row and subspace the `alpha` of the first collapse (NaN: none).
+    """
+    a = np.asarray(grid.alphas)
+    out = np.full((len(grid.omegas), len(a), len(PHASE_BRANCHES)), "", dtype=object)
+    ends = np.full((len(grid.omegas), len(PHASE_BRANCHES)), np.nan)
+    for b, name in enumerate(ORDER_PARAMETER):
+        v = np.abs(branch_table(grid, points, name)[..., b])
+        for i in range(len(grid.omegas)):
+            found = np.isfinite(v[i])
+            live = found & (v[i] > COLLAPSE_TOL)
+            for j in range(len(a)):
+                if not found[j]:
+                    out[i, j, b] = "unresolved: " + _status_text(points, grid, i, j, b)
+                elif live[j]:
+                    out[i, j, b] = "converged"
+                else:
+                    end = collapse_point(a, v[i], live, j)
+                    if end is None:
+                        out[i, j, b] = f"absent: on {name} = 0 everywhere on this row of the grid"
+                        continue
+                    x, lo, hi = end
+                    out[i, j, b] = f"absent: collapses onto {name} = 0 at alpha = {x:.3f} (between {lo:g} and {hi:g})"
+                    if not np.isfinite(ends[i, b]):
+                        ends[i, b] = x
+    return out, ends
+
+
+def collapse_point(a: np.ndarray, v: np.ndarray, live: np.ndarray, j: int) -> tuple[float, float, float] | None:
+    """Where a branch ends by a pitchfork next to the collapsed grid point `j`: `(x, lo, hi)` with `x` in the
+    grid interval `[lo, hi]`; `None` if the row has no live branch point.
+
+    `a (n,)` the alphas, `v (n,)` the order parameter's magnitude, `live (n,)` where the branch exists. The
+    collapse is taken beyond the live point nearest to `j`; `v^2` is linear in `alpha` near a pitchfork, so
+    `x` is the root of the line through `v^2` at the two live points nearest the collapse, clipped to the
+    interval (with one live point, the interval's midpoint).
+    """
+    idx = np.flatnonzero(live)
+    if idx.size == 0:
+        return None
+    k = int(idx[np.argmin(np.abs(idx - j))])
+    step = 1 if j > k else -1
+    edge = k + step
+    lo, hi = sorted((float(a[k]), float(a[edge])))
+    x = 0.5 * (lo + hi)
+    k2 = k - step
+    if 0 <= k2 < a.size and live[k2]:
+        slope = (v[k] ** 2 - v[k2] ** 2) / (a[k] - a[k2])
+        if slope != 0 and np.isfinite(slope):
+            x = float(np.clip(a[k] - v[k] ** 2 / slope, lo, hi))
+    return x, lo, hi
+
+
+def _status_text(points, grid, i, j, b) -> str:
+    """The status names of the tracks at `(omega_i, alpha_j, subspace b)`, e.g. `"max_iterations"`."""
+    sel = ((np.asarray(points["omega"]) == grid.omegas[i]) & (np.asarray(points["alpha"]) == grid.alphas[j])
+           & (np.asarray(points["branch"]) == b))
+    codes = np.asarray(points["status"])[sel]
+    names = sorted({STATUS_NAMES.get(int(c), str(c)) if not isinstance(c, str) else c for c in codes})
+    return "/".join(names) if names else "not computed"
+
+
+def point_verdicts(grid: PhaseGrid, points: Mapping[str, np.ndarray], cells: np.ndarray) -> np.ndarray:
+    """Per row of `points`: its cell's verdict (`branch_verdicts`) for the branch's row; `"converged (another
+    fixed point)"` for a converged row that is not the branch; `"unresolved: <status>"` for one that failed."""
+    w_index = {w: i for i, w in enumerate(grid.omegas)}
+    a_index = {a: j for j, a in enumerate(grid.alphas)}
+    out = []
+    for w, a, b, br, conv, st in zip(points["omega"], points["alpha"], points["branch"], points["is_branch"],
+                                     points["converged"], points["status"]):
+        if bool(br):
+            out.append(cells[w_index[float(w)], a_index[float(a)], int(b)])
+        elif bool(conv):
+            out.append("converged (another fixed point)")
+        else:
+            out.append("unresolved: " + (st if isinstance(st, str) else STATUS_NAMES.get(int(st), str(st))))
+    return np.asarray(out, dtype=object)
+
+
 def count_fixed_points(grid: PhaseGrid, points: Mapping[str, np.ndarray]) -> np.ndarray:
     """Number of distinct fixed points found per `(omega, alpha, subspace)`, shape `(n_omega, n_alpha, 2)`."""
     nw, na = len(grid.omegas), len(grid.alphas)
@@ -239,6 +338,8 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
         n_fixed_points_positional=n_fixed[..., 0],
         n_fixed_points_semantic=n_fixed[..., 1],
     )
+    verdicts, ends = branch_verdicts(grid, points)
+    table["verdict_positional"], table["verdict_semantic"] = verdicts[..., 0], verdicts[..., 1]
     a = np.asarray(grid.alphas)
     th = {k: [] for k in ("alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err", "alpha_l_status",
                           "spinodal_positional", "spinodal_semantic")}
@@ -256,11 +357,12 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
         th["spinodal_semantic"].append(first_upcrossing(a, gain[i, :, 1] - 1.0))
     thresholds = {k: np.asarray(v) for k, v in th.items()}
     thresholds["omega"] = np.asarray(grid.omegas)
+    thresholds["end_positional"], thresholds["end_semantic"] = ends[:, 0], ends[:, 1]
     return table, thresholds
 
 
 THRESHOLD_COLUMNS = ("omega", "alpha_c", "alpha_l", "alpha_c_err", "alpha_l_err", "alpha_c_status", "alpha_l_status",
-                     "spinodal_positional", "spinodal_semantic")
+                     "spinodal_positional", "spinodal_semantic", "end_positional", "end_semantic")
 
 
 @dataclasses.dataclass
@@ -273,9 +375,12 @@ class PhaseDiagram:
         `distinct`, `is_branch` and every column of `phasejax.theory.result_columns`.
       table: per `(omega, alpha)`, arrays `(n_omega, n_alpha)`: both branches' `e_t`, test errors, gains,
         stabilities (with `_err` columns), `delta_e = e_sem - e_pos`, the global branch (0/1, -1: none),
-        its test error, `eps_lin`, the number of fixed points found per subspace.
+        its test error, `eps_lin`, the number of fixed points found per subspace, and each subspace's verdict
+        (`verdict_positional`, `verdict_semantic`: converged, absent with where the branch collapses, or
+        unresolved; `branch_verdicts`).
       thresholds: per `omega`: `alpha_c`, `alpha_l` with `_err` (95% half-widths) and `_status`
-        (`in_grid`, `below_grid`, `above_grid`, `undetermined`), and the spinodals.
+        (`in_grid`, `below_grid`, `above_grid`, `undetermined`), the spinodals, and where each branch ends by
+        collapsing onto its invariant plane (`end_positional`, `end_semantic`; NaN: not in the grid).
       config: the run's configuration (JSON).
     """
 
@@ -291,7 +396,7 @@ class PhaseDiagram:
         pts = dict(self.points)
         pts["branch"] = np.asarray(PHASE_BRANCHES)[np.asarray(pts["branch"], int)]
         pts["status"] = status_names(pts["status"])
-        first = ["omega", "alpha", "branch", "track", "distinct", "is_branch"]
+        first = ["omega", "alpha", "branch", "track", "distinct", "is_branch", "verdict"]
         paths = [write_csv(os.path.join(out_dir, "points.csv"), pts, first + [k for k in pts if k not in first])]
         W, A = np.meshgrid(self.grid.omegas, self.grid.alphas, indexing="ij")
         diag = dict(omega=W.ravel(), alpha=A.ravel())
@@ -311,6 +416,8 @@ class PhaseDiagram:
                         for k in THRESHOLD_COLUMNS},
             n_fixed_points=int(np.sum(np.asarray(self.points["distinct"]).astype(bool))),
             n_unconverged_branches=int(np.sum(np.asarray(self.table["global_branch"]) < 0)),
+            verdicts={kind: int(sum(np.sum(np.char.startswith(np.asarray(self.table[f"verdict_{b}"], str), kind))
+                                    for b in PHASE_BRANCHES)) for kind in ("converged", "absent", "unresolved")},
             max_relative_error=dict(
                 q=_max_rel(self.points, "q"), m=_max_rel(self.points, "m"), V=_max_rel(self.points, "V"),
                 theta=_max_rel(self.points, "theta"), train_loss_abs=_max_abs(self.points, "train_loss_err")),
@@ -319,6 +426,16 @@ class PhaseDiagram:
         paths.append(atomic_write_json(os.path.join(out_dir, "grid.json"),
                                        dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas))))
         return paths
+
+    def unresolved(self) -> list[tuple[float, float, str, str]]:
+        """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point
+        nor a verdict of absence (empty when the diagram has no holes)."""
+        out = []
+        for b in PHASE_BRANCHES:
+            v = np.asarray(self.table[f"verdict_{b}"], str)
+            for i, j in zip(*np.nonzero(np.char.startswith(v, "unresolved"))):
+                out.append((self.grid.omegas[i], self.grid.alphas[j], b, str(v[i, j])))
+        return sorted(out)
 
     @classmethod
     def load(cls, out_dir: str) -> "PhaseDiagram":
@@ -418,5 +535,7 @@ def phase_diagram(
         eps_lin = np.asarray(jax.vmap(lambda w: linear_baseline_error(params.replace(omega=w)))(
             jnp.asarray(grid.omegas)))
     table, thresholds = derive_table(grid, points, eps_lin)
+    points["verdict"] = point_verdicts(grid, points, np.stack([table["verdict_positional"],
+                                                               table["verdict_semantic"]], -1))
     cfg_json = {k: (v if not callable(v) else getattr(v, "__qualname__", str(v))) for k, v in cfg.items()}
     return PhaseDiagram(grid=grid, points=points, table=table, thresholds=thresholds, config=cfg_json)

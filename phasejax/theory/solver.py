@@ -520,6 +520,20 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         # success get `max_iter`
         cap = jnp.where((n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
         state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, warm, frame, cap, kappa)
+
+        # a warm solve that failed is solved once more from its last iterate, with the rule re-oriented there
+        # (the orientation carried from the previous point can leave the finite rule's map without an exact
+        # fixed point within reach: Newton stalls at a residual near the tolerance)
+        def retry(args):
+            st, _ = args
+            frame_r = scheme.frame(unravel(st.x_eval), p)
+            st2 = run_newton(p, scheme, init._replace(overlaps=unravel(st.x_eval)), config, st.warm, frame_r,
+                             config.max_iter_warm, kappa)
+            return st2._replace(it=(st2.it + st.it).astype(st.it.dtype)), frame_r
+
+        failed_warm = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & (n_ok > 0) \
+            & ~is_first & ~is_second
+        state, frame_used = jax.lax.cond(failed_warm, retry, lambda args: args, (state, frame))
         state = state._replace(it=(state.it + it_before).astype(state.it.dtype))
         ok = state.status == Status.CONVERGED
         x_new = state.x_eval
@@ -533,7 +547,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         carry = (x_last1, x_prev1, a_last1, a_prev1, n_ok1, jnp.where(ok, state.warm, warm),
                  jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, frame),
                  jnp.where(is_first & two_stage, state.it, 0).astype(it_before.dtype))
-        return carry, (state, frame)
+        return carry, (state, frame_used)
 
     a0 = alphas[0]
     carry0 = (x0, x0, a0, a0, jnp.asarray(0, jnp.int32), warm0, frame0, jnp.asarray(0))

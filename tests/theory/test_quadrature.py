@@ -95,6 +95,45 @@ def test_split_rule_integrates_a_step_across_its_switch_plane_exactly(x64):
     assert w @ (step * np.cos(z[:, 2])) == pytest.approx((1.0 - ndtr(c)) * np.exp(-0.5), abs=1e-8)
 
 
+def test_split_rule_on_the_semantic_branch_is_laid_out_in_the_teachers_coordinates(x64):
+    """With theta0 != 0 the rule is rotated so that every teacher node's nodes share one teacher field (hence one
+    target and one switch plane), and each teacher node's student line is split exactly where omega = 0."""
+    import jax.numpy as jnp
+
+    from phasejax.theory.fields import field_maps, gaussian_fields
+
+    params = make_params(1.1, 0.3)
+    ov = Overlaps(q0=jnp.full((1, 1), 0.3), m=jnp.zeros((1, 1)), V0=jnp.full((1, 1), 80.0),
+                  theta0=jnp.full((1, 1), 0.43))
+    rule = SplitProductRule(n_smooth=4, eta_step=0.8, n_piece=6)
+    K = rule.n_smooth * rule.n_eta
+    angle = 0.4
+    normal = jnp.tile(jnp.array([np.cos(angle), np.sin(angle)]), (K, 1))
+    q = jax.jit(lambda ov, params, normal: rule.rule(ov, params, frame=normal))(ov, params, normal)
+    z = np.asarray(q.points).reshape(K, -1, 4)
+    maps = field_maps(ov, params)
+    omega, hstar = gaussian_fields(maps, params, jnp.asarray(z[..., :2])[..., None], jnp.asarray(z[..., 2:])[..., None])
+    hstar, omega = np.asarray(hstar)[..., 0], np.asarray(omega)[..., 0]
+    # one teacher field per teacher node
+    np.testing.assert_allclose(hstar, np.broadcast_to(hstar[:, :1], hstar.shape), atol=1e-12)
+    # the split: on each teacher node the weight on the side n . omega > 0 is that of the tanh-sinh piece
+    # above the cut, and the cut passes through omega = 0 (the two pieces meet there)
+    c = 0.43 / np.sqrt(0.3)
+    s = np.sqrt(1 - c**2)
+    xi_rot = s * z[..., :2] - c * z[..., 2:]                              # back to the rotated student plane
+    n = np.array([np.cos(angle), np.sin(angle)])
+    side = omega @ n > 0
+    w = np.asarray(q.weights).reshape(K, -1)
+    eta_rot = c * z[:, 0, :2] + s * z[:, 0, 2:]
+    pivot = -(c / s) * eta_rot
+    inside = np.all(np.abs(pivot) < 8.0, axis=1)           # the rule clips the pivot to [-8, 8] (far tails)
+    assert inside.mean() > 0.8
+    cut = pivot @ n
+    np.testing.assert_allclose(((w * side).sum(1) / w.sum(1))[inside], 1.0 - ndtr(cut[inside]), atol=1e-12)
+    np.testing.assert_array_equal(((xi_rot @ n) > cut[:, None])[inside], side[inside])
+    assert w.sum() == pytest.approx(1.0, abs=1e-10)
+
+
 def test_split_rule_on_smooth_integrands_and_its_replicas(x64):
     """Smooth integrands: the main rule is accurate, and the replicas' spread covers its actual error."""
     params, ov = make_params(2.0, 0.3), _overlaps()
