@@ -108,6 +108,16 @@ def plot_omega_slice(pd, omega: float, path: str) -> str:
                  label=r"$|m|$, positional branch")
     ax1.errorbar(a, get("theta")[:, 1], get("theta_err")[:, 1], fmt="C0-o", ms=3, capsize=2,
                  label=r"$\theta$, semantic branch")
+    # where a branch is absent its subspace's fixed point is the agnostic one: open markers
+    absent = {b: np.char.startswith(np.asarray(pd.table.get(f"verdict_{b}", np.full((len(w), a.size), "")),
+                                               str)[i], "absent") for b in ("positional", "semantic")}
+    curves = {ax1: dict(positional=np.abs(get("m")[:, 0]), semantic=get("theta")[:, 1]),
+              ax2: dict(positional=get("test_error")[:, 0], semantic=get("test_error")[:, 1])}
+    for ax, ys in curves.items():
+        for b, c in (("positional", "C1"), ("semantic", "C0")):
+            if np.any(absent[b]):
+                ax.plot(a[absent[b]], ys[b][absent[b]], "o", mfc="white", mec=c, ms=6, zorder=3,
+                        label=f"{b} branch absent (agnostic fixed point)")
     ax1.set_ylabel("overlap (per token)")
     ax2.errorbar(a, get("test_error")[:, 0], get("test_error_err")[:, 0], fmt="C1-o", ms=3, capsize=2,
                  label="positional branch")

@@ -72,6 +72,28 @@ def test_a_row_without_any_branch_point_says_so():
     assert np.all(np.isnan(ends))
 
 
+def test_point_verdicts_of_the_solve_command_and_the_holes_of_a_diagram():
+    from phasejax.commands.solve import point_verdict
+    from phasejax.phase import PhaseDiagram
+
+    row = dict(converged=True, status="converged", branch="semantic", theta=3e-12, m=0.0)
+    assert point_verdict(row).startswith("absent: the fixed point lies on the invariant plane theta = 0")
+    assert point_verdict(dict(row, theta=0.05)) == "converged"
+    assert point_verdict(dict(row, converged=False, status="max_iterations")) == "unresolved: max_iterations"
+    assert point_verdict(dict(row, branch="positional", m=-2e-7)).startswith("absent: the fixed point lies on "
+                                                                            "the invariant plane m = 0")
+    grid = PhaseGrid((0.5, 1.0), (0.0, 0.3))
+    cells = np.full((2, 2), "converged", dtype=object)
+    holed = cells.copy()
+    holed[1, 0] = "unresolved: max_iterations"
+    pd = PhaseDiagram(grid=grid, points={}, table=dict(verdict_positional=cells, verdict_semantic=holed),
+                      thresholds={}, config={})
+    assert pd.unresolved() == [(0.3, 0.5, "semantic", "unresolved: max_iterations")]
+    assert PhaseDiagram(grid=grid, points={}, table=dict(verdict_positional=cells, verdict_semantic=cells),
+                        thresholds={}, config={}).unresolved() == []
+
+
+@pytest.mark.slow
 def test_solve_exits_nonzero_naming_the_point_that_did_not_converge():
     """A tolerance no solve can meet: every point stops at its cap; the command prints them and exits 1."""
     out = subprocess.run([sys.executable, "-m", "phasejax.cli", "solve", "--alpha", "2", "--omega", "0.3",
