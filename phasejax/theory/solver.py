@@ -521,9 +521,10 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         cap = jnp.where((n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
         state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, warm, frame, cap, kappa)
 
-        # a warm solve that failed is solved once more from its last iterate, with the rule re-oriented there
-        # (the orientation carried from the previous point can leave the finite rule's map without an exact
-        # fixed point within reach: Newton stalls at a residual near the tolerance)
+        # a solve that failed (warm, or the second stage of a cold one) is solved once more from its last
+        # iterate, with the rule re-oriented there (the orientation carried from the previous point or stage can
+        # leave the finite rule's map without an exact fixed point within reach: Newton stalls at a residual
+        # near the tolerance); the first stage of a cold solve only orients the rule and is not retried
         def retry(args):
             st, _ = args
             frame_r = scheme.frame(unravel(st.x_eval), p)
@@ -531,9 +532,8 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
                              config.max_iter_warm, kappa)
             return st2._replace(it=(st2.it + st.it).astype(st.it.dtype)), frame_r
 
-        failed_warm = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & (n_ok > 0) \
-            & ~is_first & ~is_second
-        state, frame_used = jax.lax.cond(failed_warm, retry, lambda args: args, (state, frame))
+        failed = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & ~(is_first & two_stage)
+        state, frame_used = jax.lax.cond(failed, retry, lambda args: args, (state, frame))
         state = state._replace(it=(state.it + it_before).astype(state.it.dtype))
         ok = state.status == Status.CONVERGED
         x_new = state.x_eval
