@@ -431,8 +431,13 @@ class PhaseDiagram:
         """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point
         nor a verdict of absence (empty when the diagram has no holes)."""
         out = []
+        if any(f"verdict_{b}" not in self.table for b in PHASE_BRANCHES):     # a diagram written before verdicts
+            cells = branch_verdicts(self.grid, self.points)[0]
+            table = {f"verdict_{b}": cells[..., k] for k, b in enumerate(PHASE_BRANCHES)}
+        else:
+            table = self.table
         for b in PHASE_BRANCHES:
-            v = np.asarray(self.table[f"verdict_{b}"], str)
+            v = np.asarray(table[f"verdict_{b}"], str)
             for i, j in zip(*np.nonzero(np.char.startswith(v, "unresolved"))):
                 out.append((self.grid.omegas[i], self.grid.alphas[j], b, str(v[i, j])))
         return sorted(out)

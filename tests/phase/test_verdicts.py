@@ -59,6 +59,9 @@ def test_branch_verdicts_on_a_row_with_both_collapses_and_a_hole():
     assert cells[0, 12, 0] == "absent: collapses onto m = 0 at alpha = 1.250 (between 1.2 and 1.3)"
     assert cells[0, 8, 0] == "converged" and cells[0, 5, 1] == "converged"
     assert cells[1, 9, 1] == "unresolved: max_iterations"
+    from phasejax.phase import PhaseDiagram          # a diagram without verdict columns derives them
+    assert PhaseDiagram(grid=grid, points=pts, table={}, thresholds={}, config={}).unresolved() == [
+        (0.3, 1.3, "semantic", "unresolved: max_iterations")]
     per_point = point_verdicts(grid, pts, cells)
     assert len(per_point) == len(pts["omega"])
     assert sum(v.startswith("unresolved") for v in per_point) == 1
