@@ -1,3 +1,5 @@
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -69,3 +71,26 @@ def run_on_host_devices(code: str, n_devices: int = 8, timeout: int = 600) -> st
 def on_host_devices():
     """The `run_on_host_devices` helper, as a fixture."""
     return run_on_host_devices
+
+
+def _run_cli(argv) -> tuple[int, str, str]:
+    """`phasejax.cli.main(argv)` in this process: `(exit code, stdout, stderr)`. A `SystemExit("error: ...")`
+    counts as Python's interpreter would treat it: the message on stderr and exit code 1."""
+    from phasejax.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+            if isinstance(code, str):
+                print(code, file=err)
+                code = 1
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def run_cli():
+    """The `phasejax` command run in-process (`_run_cli`)."""
+    return _run_cli

@@ -1,8 +1,6 @@
 """`phasejax bench`: the record it writes (a quick run of two figures), the refusal to overwrite, `--parts`
 validation, and the pure helpers of `phasejax.bench`."""
 
-import contextlib
-import io
 import json
 import math
 
@@ -10,28 +8,14 @@ import numpy as np
 import pytest
 
 from phasejax import bench
-from phasejax.cli import main
-
-
-def _run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:
-            code = e.code
-            if isinstance(code, str):      # `SystemExit("error: ...")`: Python prints it and exits with 1
-                print(code, file=err)
-                code = 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def _positive(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
-def test_quick_bench_writes_one_record_per_device(tmp_path):
-    code, out, err = _run(["bench", "--quick", "--parts", "cold_solve", "warm_point", "--out", str(tmp_path)])
+def test_quick_bench_writes_one_record_per_device(tmp_path, run_cli):
+    code, out, err = run_cli(["bench", "--quick", "--parts", "cold_solve", "warm_point", "--out", str(tmp_path)])
     assert code == 0, err
     path = tmp_path / f"{bench.device_name()}.json"
     assert f"wrote: {path}" in out
@@ -61,24 +45,24 @@ def test_quick_bench_writes_one_record_per_device(tmp_path):
     assert _positive(warm["mean_iterations"]) and _positive(warm["first_call"]["seconds"])
 
 
-def test_an_existing_record_is_not_overwritten(tmp_path):
+def test_an_existing_record_is_not_overwritten(tmp_path, run_cli):
     path = tmp_path / f"{bench.device_name()}.json"
     path.write_text('{"kept": true}\n')
-    code, _, err = _run(["bench", "--quick", "--parts", "cold_solve", "--out", str(tmp_path), "--no-progress"])
+    code, _, err = run_cli(["bench", "--quick", "--parts", "cold_solve", "--out", str(tmp_path), "--no-progress"])
     assert code == 1
     assert path.read_text() == '{"kept": true}\n'
     assert "--overwrite" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("parts", [["nope"], ["cold_solve", "bogus"], []])
-def test_parts_must_name_known_figures(parts, tmp_path):
-    code, _, err = _run(["bench", "--parts", *parts, "--out", str(tmp_path)])
+def test_parts_must_name_known_figures(parts, tmp_path, run_cli):
+    code, _, err = run_cli(["bench", "--parts", *parts, "--out", str(tmp_path)])
     assert code == 2 and "argument --parts" in err, err
     assert not list(tmp_path.iterdir())
 
 
-def test_a_missing_reference_script_is_an_error(tmp_path):
-    code, _, err = _run(["bench", "--parts", "batch", "--reference", str(tmp_path / "none.py"), "--out",
+def test_a_missing_reference_script_is_an_error(tmp_path, run_cli):
+    code, _, err = run_cli(["bench", "--parts", "batch", "--reference", str(tmp_path / "none.py"), "--out",
                          str(tmp_path)])
     assert code == 1 and "--reference" in err
 

@@ -1,8 +1,6 @@
 """The `phasejax` command line: every subcommand's --help works (in-process, through the installed console
 script, and in a fresh virtual environment), defaults are shown, and bad flags are usage errors naming the flag."""
 
-import contextlib
-import io
 import os
 import shutil
 import subprocess
@@ -10,21 +8,11 @@ import sys
 
 import pytest
 
-from phasejax.cli import command_modules, main
+from phasejax.cli import command_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = sorted(command_modules())
 EXPERIMENT_COMMANDS = ("train", "fig2", "scaling", "random-init", "counting", "histogram", "bench-training")
-
-
-def _run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_experiment_commands_are_discovered():
@@ -32,15 +20,15 @@ def test_the_experiment_commands_are_discovered():
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_help_of_every_subcommand(name):
-    code, out, _ = _run([name, "--help"])
+def test_help_of_every_subcommand(name, run_cli):
+    code, out, _ = run_cli([name, "--help"])
     assert code == 0
     assert out.startswith(f"usage: phasejax {name}")
 
 
 @pytest.mark.parametrize("name", EXPERIMENT_COMMANDS)
-def test_help_shows_defaults_and_the_presets(name):
-    _, out, _ = _run([name, "--help"])
+def test_help_shows_defaults_and_the_presets(name, run_cli):
+    _, out, _ = run_cli([name, "--help"])
     out = " ".join(out.split())   # argparse wraps help lines at the terminal width
     assert "(default: cpu)" in out and "--preset {cpu,gpu" in out
     assert "(default: float" in out   # --dtype
@@ -62,8 +50,8 @@ def test_help_shows_defaults_and_the_presets(name):
     (["train", "--chunk-size", "0"], "--chunk-size"),
     (["bench-training", "--steps", "-1"], "--steps"),
 ])
-def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag):
-    code, _, err = _run(argv)
+def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag, run_cli):
+    code, _, err = run_cli(argv)
     assert code == 2, err
     assert f"argument {flag}" in err, err
 

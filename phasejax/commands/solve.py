@@ -97,11 +97,11 @@ def point_verdict(row: dict) -> str:
     """`converged`; `absent: ...` where the branch's fixed point lies on its invariant plane (it collapsed onto
     the agnostic fixed point: the branch does not exist there); `unresolved: <status>`. As the phase diagram's
     verdicts (`phasejax.phase.branch_verdicts`)."""
-    from phasejax.phase import COLLAPSE_TOL
+    from phasejax.phase import COLLAPSE_TOL, ORDER_PARAMETER, PHASE_BRANCHES
 
     if not row["converged"]:
         return "unresolved: " + row["status"]
-    name = {"positional": "m", "semantic": "theta"}.get(row["branch"])
+    name = dict(zip(PHASE_BRANCHES, ORDER_PARAMETER)).get(row["branch"])
     if name is not None and abs(row[name]) <= COLLAPSE_TOL:
         return f"absent: the fixed point lies on the invariant plane {name} = 0"
     return "converged"
