@@ -2,6 +2,13 @@
 
 Subcommands live in `phasejax.commands` (one module each, discovered here);
 every flag is validated when parsed and `--help` shows the defaults.
+
+Errors a user can cause end in one line on stderr, `phasejax <cmd>: error:
+<what, which flag or file, what to do>`, and exit code 2 (bad input: a flag, a
+file, a folder that holds other results) or 1 (the run cannot go on: it does
+not fit, a file cannot be written); `--debug` (anywhere on the line, or
+`PHASEJAX_DEBUG=1`) prints the traceback too. The flag vocabulary shared by
+the commands is tabled in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -13,7 +20,15 @@ import sys
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults and keeps the description's line breaks."""
+    """Shows defaults once and keeps the description's line breaks: `(default: X)` is added unless the help
+    already says its default, and left out for defaults of None (the help says what happens then) and for
+    switches."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if any(k in text for k in ("(default", "default:", "%(default)", "(None:")) or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return (text + " (default: %(default)s)").strip()
 
 
 def command_modules() -> dict:
@@ -42,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=mod.HELP, description=(mod.__doc__ or mod.HELP).strip(),
                            formatter_class=HelpFormatter)
         mod.add_arguments(p)
+        p.add_argument("--debug", action="store_true", help="on an error, print the traceback too")
+        for action in p._actions:      # every flag with a default shows it, also one without a help text
+            if action.help is None and action.option_strings:
+                action.help = ""
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -71,15 +90,77 @@ def use_compilation_cache() -> str | None:
     return path
 
 
+def error_line(exc: BaseException) -> tuple[int, str] | None:
+    """`(exit code, message)` for an error a user can cause (None: a defect, shown with its traceback).
+
+    `UsageError`, `ValueError` (invalid inputs raise it, naming the parameter), `SystemExit("error: ...")` and a
+    file that is missing or not readable: 2. `RunError`, other `OSError` (a file that cannot be written),
+    `MemoryError` and XLA's `RESOURCE_EXHAUSTED`: 1."""
+    from phasejax.commands.argtypes import RunError, UsageError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, SystemExit):
+        if not isinstance(exc.code, str):
+            return None
+        return 2, " ".join(exc.code.split()).removeprefix("error: ")
+    if isinstance(exc, (UsageError, ValueError)):
+        return 2, text
+    if isinstance(exc, RunError):
+        return 1, text
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return 2, f"{exc.strerror}: {exc.filename}" if exc.filename else text
+    if isinstance(exc, OSError):
+        return 1, (f"{exc.strerror}: {exc.filename}" if exc.filename else text) + "; check the path and the disk"
+    if isinstance(exc, MemoryError):
+        return 1, "out of memory; shrink the run (--chunk-size, or the grid's or the model's size)"
+    if "RESOURCE_EXHAUSTED" in text:
+        return 1, ("out of device memory (XLA: RESOURCE_EXHAUSTED); shrink the run (--chunk-size, or the grid's "
+                   "or the model's size)")
+    return None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
+
     from phasejax.commands.argtypes import apply_host_devices
 
+    debug = "--debug" in argv or os.environ.get("PHASEJAX_DEBUG", "0") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     apply_host_devices(argv)
     if argv and argv[0] not in ("-h", "--help", "--version"):
         use_compilation_cache()
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        if getattr(args, "_guard_output", False) and not getattr(args, "replot", False):
+            from phasejax.commands.argtypes import guard_output, output_identity
+
+            guard_output(args.out, args.overwrite, output_identity(args))
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"phasejax {args.command}: interrupted; finished chunks stay in the run directory, run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - sorted by error_line; defects are raised again
+        found = error_line(exc)
+        if found is None:
+            raise
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
+        return found[0]
+    except SystemExit as exc:
+        found = error_line(exc)
+        if found is None:
+            raise
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
+        return found[0]
 
 
 if __name__ == "__main__":

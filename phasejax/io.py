@@ -76,10 +76,20 @@ def atomic_write_json(path: str, obj) -> str:
     return atomic_write_text(path, to_json(obj))
 
 
-def read_json(path: str):
-    """Load a JSON file."""
+def read_json(path: str, *, kind: type | None = None):
+    """Load a JSON file; `ValueError` naming the file when it is empty or not JSON, or (with `kind`, e.g. `dict`)
+    when its top level is not of that type."""
     with open(path) as fh:
-        return json.load(fh)
+        text = fh.read()
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        what = "is empty" if not text.strip() else f"is not valid JSON ({e})"
+        raise ValueError(f"{path} {what}") from None
+    if kind is not None and not isinstance(obj, kind):
+        raise ValueError(f"{path} must hold a JSON {'object' if kind is dict else kind.__name__}, "
+                         f"got a {type(obj).__name__}")
+    return obj
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> str:
@@ -143,11 +153,70 @@ def _parse_column(values: list[str]) -> np.ndarray:
         return np.asarray(values)
 
 
-def read_csv(path: str) -> Table:
-    """Read a CSV written by `write_csv` into a dict of numpy columns (ints, floats, or strings)."""
+COLUMN_KINDS = ("number", "int", "str", "bool")
+"""Kinds `read_csv(required=...)` checks: `number` (int or float, empty cells are NaN), `int`, `str` (any text),
+`bool` (`0`/`1`)."""
+
+
+def read_csv(path: str, required: Mapping[str, str] | Sequence[str] | None = None, *, min_rows: int = 0) -> Table:
+    """Read a CSV written by `write_csv` into a dict of numpy columns (ints, floats, or strings).
+
+    Every row must have as many cells as the header (a truncated or ragged file is a `ValueError` naming the file
+    and the line). `required` names columns that must be there: a sequence of names, or `{name: kind}` with a kind
+    of `COLUMN_KINDS` each column must parse as (`"abc"` in a `number` column is a `ValueError` naming the file,
+    the column and the line). `min_rows`: the fewest data rows accepted.
+    """
     with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+        try:
+            rows = list(csv.reader(fh))
+        except csv.Error as e:
+            raise ValueError(f"{path} is not a readable CSV ({e})") from None
     if not rows:
         raise ValueError(f"{path} is empty (no header)")
     header, body = rows[0], rows[1:]
-    return {name: _parse_column([r[j] for r in body]) for j, name in enumerate(header)}
+    if len(set(header)) != len(header):
+        raise ValueError(f"{path}: duplicate column names in the header {header}")
+    for line, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise ValueError(f"{path}, line {line}: {len(r)} cells, the header has {len(header)} "
+                             "(a truncated or damaged file)")
+    if len(body) < min_rows:
+        raise ValueError(f"{path} has {len(body)} data rows, at least {min_rows} needed")
+    table = {name: _parse_column([r[j] for r in body]) for j, name in enumerate(header)}
+    if required is not None:
+        kinds = dict(required) if isinstance(required, Mapping) else {k: None for k in required}
+        missing = [k for k in kinds if k not in table]
+        if missing:
+            raise ValueError(f"{path} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        for name, kind in kinds.items():
+            if kind is not None:
+                _check_kind(path, name, kind, table[name], [r[header.index(name)] for r in body])
+    return table
+
+
+def _check_kind(path: str, name: str, kind: str, column: np.ndarray, cells: list[str]) -> None:
+    if kind not in COLUMN_KINDS:
+        raise ValueError(f"column kind must be one of {COLUMN_KINDS}, got {kind!r}")
+    if kind == "str":
+        return
+    ok = {"number": lambda c: c.dtype.kind in "iuf",
+          "int": lambda c: c.dtype.kind in "iu",
+          "bool": lambda c: c.dtype.kind in "iu" and bool(np.all((c == 0) | (c == 1)))}[kind](column)
+    if not ok:
+        what = {"number": "a number", "int": "an integer", "bool": "0 or 1"}[kind]
+        bad = next((i for i, v in enumerate(cells) if not _cell_is(kind, v)), 0)
+        raise ValueError(f"{path}, column {name!r}, line {bad + 2}: expected {what}, got {cells[bad]!r}")
+
+
+def _cell_is(kind: str, v: str) -> bool:
+    if kind == "bool":
+        return v in ("0", "1")
+    if kind == "int":
+        return v.lstrip("-").isdigit()
+    if v == "":
+        return True
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False

@@ -9,8 +9,13 @@ the other tasks) runs through `run_chunked`:
   a multiple of the device count and the padding dropped, so the chunking,
   hence a run directory, does not depend on the number of devices: a run
   started on a CPU resumes on 8 GPUs);
-* every finished chunk is written atomically to `run_dir/chunks/` as NPZ;
-  a re-run loads finished chunks instead of recomputing them;
+* every finished chunk is written atomically to `run_dir/chunks/` as NPZ,
+  carrying its identity (the run's fingerprint, its index and the task ids it
+  holds) and a SHA-256 checksum of its content (`seal_chunk`); a re-run loads
+  finished chunks instead of recomputing them, after checking all of these
+  (`chunk_problem`): a damaged, truncated, edited, swapped or foreign chunk is
+  reported with its path, moved aside (`*.rejected`) and recomputed, never
+  merged;
 * `run_dir/config.json` records the run's complete configuration, its
   fingerprint (a SHA-256 of the configuration's *content*, of the task table,
   of the library version and of a digest of the library's source, so that an
@@ -72,7 +77,8 @@ class RunOptions:
       devices: devices to shard each chunk over (default: all local devices).
       process_index, process_count: this process and the number of processes
         of a multi-host run (`jax.process_index()`, `jax.process_count()`).
-      progress: show a progress bar over chunks (tqdm, on stderr).
+      progress: show a progress bar over the tasks, with an ETA (tqdm, on stderr; only when stderr is a
+        terminal).
       max_chunks: compute at most this many new chunks, then return `None`
         (for time-boxed jobs and tests).
     """
@@ -285,6 +291,77 @@ def config_differences(old: Mapping, new: Mapping) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
 
 
+
+# ----------------------------------------------------------------------------
+# Chunk files: self-identifying and checksummed
+# ----------------------------------------------------------------------------
+
+CHUNK_META = ("_fingerprint", "_chunk_index", "_task_index", "_checksum")
+"""Entries of a chunk file besides the outputs: the run's fingerprint, the chunk's index, the task ids (rows of
+the task table) it holds, and a SHA-256 of all of these and of the outputs (`chunk_checksum`)."""
+
+
+def chunk_checksum(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of a chunk's entries (every key but `_checksum`, by name, dtype, shape and bytes)."""
+    h = hashlib.sha256()
+    for key in sorted(k for k in arrays if k != "_checksum"):
+        a = np.ascontiguousarray(np.asarray(arrays[key]))
+        h.update(key.encode() + b"\0" + str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def seal_chunk(outputs: Mapping[str, np.ndarray], fingerprint: str, index: int, task_ids: np.ndarray) -> dict:
+    """`outputs` with the chunk's identity (`CHUNK_META`) added: what `run_chunked` writes."""
+    sealed = {k: np.asarray(v) for k, v in outputs.items()}
+    sealed.update(_fingerprint=np.asarray(fingerprint), _chunk_index=np.asarray(int(index), np.int64),
+                  _task_index=np.asarray(task_ids, np.int64))
+    sealed["_checksum"] = np.asarray(chunk_checksum(sealed))
+    return sealed
+
+
+def chunk_problem(chunk: Mapping[str, np.ndarray] | None, fingerprint: str, index: int,
+                  task_ids: np.ndarray, keys: tuple | None = None) -> str | None:
+    """Why a loaded chunk cannot be merged as chunk `index` of the run `fingerprint` holding tasks `task_ids`
+    (`None`: it can). Checks the checksum, the fingerprint, the index, the task ids, the outputs' row counts
+    and (given `keys`) the output names."""
+    if chunk is None:
+        return "unreadable (not an NPZ archive, or truncated)"
+    missing = [k for k in CHUNK_META if k not in chunk]
+    if missing:
+        return f"lacks {', '.join(missing)} (not written by this version, or damaged)"
+    if str(chunk["_checksum"]) != chunk_checksum(chunk):
+        return "its checksum does not match its content (damaged or edited)"
+    if str(chunk["_fingerprint"]) != fingerprint:
+        return "belongs to another run (different fingerprint)"
+    if int(chunk["_chunk_index"]) != index:
+        return f"is chunk {int(chunk['_chunk_index'])} of this run, not chunk {index} (moved or copied)"
+    ids = np.asarray(chunk["_task_index"])
+    if ids.shape != np.shape(task_ids) or not np.array_equal(ids, task_ids):
+        return f"holds tasks {ids[:3].tolist()}..., expected {np.asarray(task_ids)[:3].tolist()}..."
+    outputs = [k for k in chunk if k not in CHUNK_META]
+    if not outputs:
+        return "holds no outputs"
+    for k in outputs:
+        if np.ndim(chunk[k]) == 0 or np.shape(chunk[k])[0] != len(task_ids):
+            return f"output {k!r} has {np.shape(chunk[k])[:1] or 'no'} rows, expected {len(task_ids)}"
+    if keys is not None and sorted(outputs) != sorted(keys):
+        return f"holds the outputs {sorted(outputs)}, the run's other chunks {sorted(keys)}"
+    return None
+
+
+def _reject_chunk(path: str, problem: str) -> None:
+    """Report a chunk that cannot be merged and move it aside (`<name>.rejected`), so it is recomputed."""
+    import sys
+
+    aside = path + ".rejected"
+    try:
+        os.replace(path, aside)
+        where = f"moved to {aside}"
+    except OSError:
+        where = "left in place"
+    print(f"phasejax: warning: chunk {path} {problem}; {where}, recomputing it", file=sys.stderr, flush=True)
+
 # ----------------------------------------------------------------------------
 # Running
 # ----------------------------------------------------------------------------
@@ -333,7 +410,11 @@ def claim_run_dir(run_dir: str, record: Mapping) -> None:
         os.makedirs(run_dir, exist_ok=True)
         atomic_write_json(cfg_path, dict(record))
         return
-    old = read_json(cfg_path)
+    try:
+        old = read_json(cfg_path, kind=dict)
+    except ValueError as e:
+        raise ValueError(f"{e}: the run directory {run_dir} is not a phasejax run's; use a new run directory, or "
+                         "delete it to recompute") from None
     if old.get("fingerprint") == record["fingerprint"] and old.get("chunk_size") == record["chunk_size"]:
         return
     diffs = [f"config.{k}" for k in config_differences(old.get("config", {}), record["config"])]
@@ -342,8 +423,8 @@ def claim_run_dir(run_dir: str, record: Mapping) -> None:
             diffs.append(f"{key} ({old.get(key)!r} there, {record[key]!r} now)")
     if not diffs:
         diffs.append("the task table (same config, different tasks)")
-    raise ValueError(f"{run_dir} holds another run; differing: {', '.join(diffs)}. "
-                     "Use a new run directory, or delete the old one to recompute.")
+    raise ValueError(f"{run_dir} holds another run; differing: {', '.join(diffs)}; "
+                     "use a new run directory, or delete the old one to recompute")
 
 
 def run_chunked(
@@ -384,39 +465,101 @@ def run_chunked(
     def chunk_path(i: int) -> str:
         return os.path.join(run_dir, "chunks", f"chunk_{i:05d}.npz")
 
+    fingerprint = record["fingerprint"]
+
+    def chunk_ids(i: int) -> np.ndarray:
+        return np.arange(i * chunk_size, min((i + 1) * chunk_size, n))
+
+    def load_checked(i: int):
+        """A chunk on disk that passes every check; None when missing, or rejected (reported, moved aside)."""
+        path = chunk_path(i)
+        if not os.path.exists(path):
+            return None
+        chunk = load_npz(path)
+        problem = chunk_problem(chunk, fingerprint, i, chunk_ids(i))
+        if problem is not None:
+            _reject_chunk(path, problem)
+            return None
+        return chunk
+
+    def compute(i: int) -> dict:
+        ids = chunk_ids(i)
+        idx = np.arange(i * chunk_size, i * chunk_size + padded)
+        valid = idx < ids[-1] + 1
+        idx = np.where(valid, idx, ids[-1])
+        chunk = {k: np.asarray(tasks[k])[idx] for k in names}
+        out = jax.device_get(run(chunk))
+        bad = [k for k, v in out.items() if np.ndim(v) == 0 or np.shape(v)[0] != padded]
+        if bad:
+            raise ValueError(f"the batch function returned outputs without a leading axis of the chunk's "
+                             f"{padded} tasks: {bad}")
+        sealed = seal_chunk({k: np.asarray(v)[valid] for k, v in out.items()}, fingerprint, i, ids)
+        atomic_save_npz(chunk_path(i), sealed)
+        return sealed
+
     mine = [i for i in range(n_chunks) if i % options.process_count == options.process_index]
-    parts = {i: load_npz(chunk_path(i)) for i in mine}
+    parts = {i: load_checked(i) for i in mine}
     todo = [i for i in mine if parts[i] is None]
     run = sharded(fn, devices) if todo else None
     bar = None
-    if options.progress and todo:
+    if options.progress and todo and _interactive():
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc=f"chunks ({len(mine) - len(todo)} of {len(mine)} already done)",
-                   unit="chunk")
+        done = sum(len(chunk_ids(i)) for i in mine if i not in todo)
+        bar = tqdm(total=sum(len(chunk_ids(i)) for i in todo), unit="task", dynamic_ncols=True,
+                   desc=f"{n} tasks, {done} already done" if done else f"{n} tasks")
     computed = 0
     for i in todo:
         if options.max_chunks is not None and computed >= options.max_chunks:
             break
-        idx = np.arange(i * chunk_size, i * chunk_size + padded)
-        valid = idx < min((i + 1) * chunk_size, n)
-        idx = np.where(valid, idx, min((i + 1) * chunk_size, n) - 1)
-        chunk = {k: np.asarray(tasks[k])[idx] for k in names}
-        out = jax.device_get(run(chunk))
-        out = {k: np.asarray(v)[valid] for k, v in out.items()}
-        out["_task_index"] = idx[valid]
-        atomic_save_npz(chunk_path(i), out)
-        parts[i] = out
+        parts[i] = compute(i)
         computed += 1
         if bar is not None:
-            bar.update(1)
+            bar.update(len(chunk_ids(i)))
     if bar is not None:
         bar.close()
 
     # other processes' chunks (multi-host) are read from disk once ours are done
-    parts = [parts[i] if i in parts else load_npz(chunk_path(i)) for i in range(n_chunks)]
-    if any(p is None for p in parts):
+    for i in range(n_chunks):
+        if i not in parts:
+            parts[i] = load_checked(i)
+    if any(p is None for p in parts.values()):
         return None
-    result = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(result.pop("_task_index"), kind="stable")
-    return {k: v[order] for k, v in result.items()}
+    keys = tuple(k for k in parts[0] if k not in CHUNK_META)
+    for i in range(n_chunks):
+        problem = chunk_problem(parts[i], fingerprint, i, chunk_ids(i), keys)
+        if problem is not None:       # a chunk of another process, or one that changed on disk meanwhile
+            _reject_chunk(chunk_path(i), problem)
+            if run is None:
+                run = sharded(fn, devices)
+            parts[i] = compute(i)
+            if chunk_problem(parts[i], fingerprint, i, chunk_ids(i), keys) is not None:
+                raise ValueError(f"the batch function returns other outputs for chunk {i} than for chunk 0: "
+                                 f"{sorted(k for k in parts[i] if k not in CHUNK_META)} vs {sorted(keys)}")
+    return {k: np.concatenate([parts[i][k] for i in range(n_chunks)]) for k in keys}
+
+
+def available_memory(device=None) -> int:
+    """Bytes a run may use on `device` (default: the first local device): an accelerator's memory limit
+    (`memory_stats()["bytes_limit"]`), else the host's physical memory. For size checks before any compile."""
+    device = jax.local_devices()[0] if device is None else device
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**34
+
+
+def _interactive() -> bool:
+    """Whether stderr is a terminal (progress bars are drawn only then)."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 
 
 def _number(kind, text: str):
@@ -14,6 +16,11 @@ def _number(kind, text: str):
     if kind is float and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def finite_float(text: str) -> float:
+    """Any finite number (no nan, no inf)."""
+    return _number(float, text)
 
 
 def positive_int(text: str) -> int:
@@ -68,14 +75,15 @@ def add_run_options(parser: argparse.ArgumentParser, *, chunk_size: int = 16) ->
     """The flags of `phasejax.sweep.RunOptions` shared by every sweep command."""
     g = parser.add_argument_group("run options (resume, chunking, devices, multi-host)")
     g.add_argument("--run-dir", default=None,
-                   help="folder for chunk files and config.json; re-running with the same flags resumes there "
-                        "(default: <out>/run)")
+                   help="folder for chunk files and config.json; re-running with the same flags resumes there; "
+                        "default: <out>/run")
     g.add_argument("--chunk-size", type=positive_int, default=chunk_size, help="tasks per compiled call")
     g.add_argument("--host-devices", type=positive_int, default=None,
                    help="simulate this many CPU devices (sets XLA_FLAGS before JAX starts)")
     g.add_argument("--process-index", type=nonnegative_int, default=0, help="this process (multi-host runs)")
     g.add_argument("--process-count", type=positive_int, default=1, help="number of processes (multi-host runs)")
-    g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar (it is drawn only when stderr is a terminal)")
 
 
 def run_options_from(args, out: str | None = None):
@@ -86,7 +94,7 @@ def run_options_from(args, out: str | None = None):
 
     run_dir = args.run_dir if args.run_dir is not None else (os.path.join(out, "run") if out else None)
     if args.process_index >= args.process_count:
-        raise SystemExit(f"error: --process-index must be < --process-count, got {args.process_index} "
+        raise UsageError(f"--process-index must be < --process-count, got {args.process_index} "
                          f">= {args.process_count}")
     return RunOptions(run_dir=run_dir, chunk_size=args.chunk_size, process_index=args.process_index,
                       process_count=args.process_count, progress=not args.no_progress)
@@ -105,3 +113,143 @@ def apply_host_devices(argv) -> None:
         if value is not None and value.isdigit() and int(value) >= 1:
             flags = os.environ.get("XLA_FLAGS", "")
             os.environ["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={int(value)}").strip()
+
+
+# ----------------------------------------------------------------------------
+# Errors a user can cause, and output folders that never lose a result
+# ----------------------------------------------------------------------------
+
+
+class UsageError(ValueError):
+    """A bad input found after parsing (a conflict of flags, a file that is not what it should be): the command
+    line prints `phasejax <cmd>: error: <message>` and exits 2."""
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on (it does not fit, a result cannot be written): the command line prints
+    `phasejax <cmd>: error: <message>` and exits 1."""
+
+
+OUTPUT_MARKER = ".phasejax-output.json"
+"""The file in an output folder that records which command and configuration the folder's results are of."""
+
+RUNTIME_FLAGS = frozenset({"out", "overwrite", "run_dir", "chunk_size", "host_devices", "process_index",
+                           "process_count", "no_progress", "debug", "max_chunks", "replot", "command"})
+"""Flags that change how a run goes, not what it computes: left out of an output folder's identity."""
+
+
+def default_out(command: str) -> str:
+    """The default output folder of `command`: `runs/<command>` (hyphens as underscores). The committed
+    `results/` folders are written only when `--out` names them."""
+    return os.path.join("runs", command.replace("-", "_"))
+
+
+def add_output(parser: argparse.ArgumentParser, default: str | None, *, help: str | None = None,
+               guard: bool = True) -> None:
+    """`--out` (default `default`, usually `default_out(NAME)`) and `--overwrite`.
+
+    With `guard` (the default) the command line calls `guard_output` before the command runs: an `--out` folder
+    that holds results of another configuration (or of unknown origin) is refused with one line naming it and
+    the flags to pass, unless `--overwrite`; a folder this configuration created is reused (a killed run resumes).
+    Commands whose `--out` is resolved later (default None) pass `guard=False` and call `guard_output` themselves.
+    """
+    parser.add_argument("--out", default=default,
+                        help=help or "output folder (created; refused when it holds another configuration's "
+                                     "results unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into --out even when it holds results of another configuration (they are "
+                             "replaced file by file)")
+    if guard:
+        parser.set_defaults(_guard_output=True)
+
+
+def output_identity(args) -> dict:
+    """What an output folder's results depend on: the command and every flag but `RUNTIME_FLAGS`."""
+    ident = {k: v for k, v in sorted(vars(args).items()) if not k.startswith("_") and k not in RUNTIME_FLAGS}
+    return json.loads(json.dumps(ident, default=str))
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
+
+
+def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--out") -> str:
+    """Claim the output folder `path` for a run whose configuration is `identity` (a JSON-ready dict, e.g.
+    `output_identity(args)`); returns `path`.
+
+    * `path` missing or empty: created, and `OUTPUT_MARKER` written into it (which also tests that it is
+      writable, before any compute);
+    * `path` holding this `identity`'s marker: reused (a re-run, a resumed run);
+    * anything else (another configuration's marker, or files without a marker, such as the committed
+      `results/`): `UsageError` naming the folder, what differs, and `--out` / `--overwrite`; with `overwrite`
+      the marker is replaced and the command's files replace the old ones.
+    A path that is a file, or a folder that cannot be written, is a `UsageError` naming `flag`.
+    """
+    from phasejax.io import atomic_write_json, read_json
+
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path} is a file, not a folder; pass a folder to {flag}")
+    marker = os.path.join(path, OUTPUT_MARKER)
+    entries = [e for e in os.listdir(path) if e != OUTPUT_MARKER] if os.path.isdir(path) else []
+    if os.path.exists(marker):
+        try:
+            old = read_json(marker, kind=dict)
+        except (ValueError, OSError):
+            old = {}
+        if old.get("identity") == identity:
+            return path
+        if not overwrite and entries:
+            what = ", ".join(_differences(old.get("identity") or {}, identity)) or "unknown"
+            raise UsageError(f"{flag} {path} holds the results of another configuration (differing: {what}); "
+                             f"pass another {flag} folder, or --overwrite to replace them")
+    elif entries and not overwrite:
+        raise UsageError(f"{flag} {path} already holds files this configuration did not write; pass another "
+                         f"{flag} folder, or --overwrite to replace them")
+    try:
+        os.makedirs(path, exist_ok=True)
+        atomic_write_json(marker, dict(identity=identity))
+    except OSError as e:
+        raise UsageError(f"cannot write to {flag} {path} ({e.strerror or e}); pass a writable {flag} folder") \
+            from None
+    return path
+
+
+def guard_output_file(path: str, overwrite: bool, *, flag: str = "--out") -> str:
+    """For a command whose `--out` is one file: refuse an existing `path` unless `overwrite`, and check that its
+    folder can be written (before any compute); returns `path`."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path} is a folder; pass a file name to {flag}")
+    if os.path.exists(path) and not overwrite:
+        raise UsageError(f"{flag} {path} exists; pass another {flag}, or --overwrite to replace it")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the folder of {flag} {path} ({e.strerror or e}); pass a writable "
+                         f"{flag}") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write to the folder of {flag} {path}; pass a writable {flag}")
+    return path
+
+
+def refuse_duplicates(values, flag: str) -> None:
+    """A `UsageError` naming `flag` when `values` repeats a value (a grid with a point twice)."""
+    seen, dup = set(), []
+    for v in values:
+        key = round(float(v), 12) if isinstance(v, float) else v
+        if key in seen and v not in dup:
+            dup.append(v)
+        seen.add(key)
+    if dup:
+        raise UsageError(f"{flag} repeats {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in dup)}; "
+                         "give each value once")
+
+
+def refuse_conflict(args, flag: str, other: str, why: str) -> None:
+    """A `UsageError` when both `flag` and `other` (argparse spellings) were given values other than their
+    defaults' falsy ones; `why` says what to do."""
+    a = getattr(args, flag.lstrip("-").replace("-", "_"))
+    b = getattr(args, other.lstrip("-").replace("-", "_"))
+    if a not in (None, False, 0) and b not in (None, False, 0):
+        raise UsageError(f"{flag} and {other} exclude each other: {why}")

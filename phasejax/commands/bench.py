@@ -1,6 +1,7 @@
 """Time every benchmark figure of phasejax on the device JAX sees and write one JSON record.
 
-    phasejax bench                                   # every figure; results/bench/<cpu|gpu|tpu>.json
+    phasejax bench                                   # every figure; runs/bench/<cpu|gpu|tpu>.json
+    phasejax bench --out results/bench               # the committed record (refused if one exists: --overwrite)
     phasejax bench --parts cold_solve warm_point     # some figures
     phasejax bench --quick --out /tmp/bench          # every figure shrunk to a tiny size (a smoke test)
 
@@ -20,8 +21,10 @@ import argparse
 import os
 import sys
 
+from phasejax.commands.argtypes import UsageError, add_output, default_out, guard_output_file
+
 NAME = "bench"
-HELP = "time every benchmark figure on the device JAX sees; writes results/bench/<device>.json"
+HELP = "time every benchmark figure on the device JAX sees; writes <out>/<device>.json"
 
 
 def add_arguments(ap) -> None:
@@ -38,8 +41,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--reference", default=None,
                     help="the published method's script (default: shared/reference_method/se_scipy_loop.py inside "
                          "or beside the repository; batch records it as missing if there is none)")
-    ap.add_argument("--out", default=os.path.join("results", "bench"), help="folder of the record <device>.json")
-    ap.add_argument("--overwrite", action="store_true", help="replace an existing record")
+    add_output(ap, default_out(NAME), help="folder of the record <device>.json", guard=False)
     ap.add_argument("--no-progress", action="store_true", help="no progress lines (stderr) or progress bars")
 
 
@@ -51,18 +53,17 @@ def record_path(out: str, device: str) -> str:
 def refuse_existing(path: str, overwrite: bool) -> None:
     """Exit with a one-line error if `path` exists and `overwrite` is off."""
     if os.path.exists(path) and not overwrite:
-        raise SystemExit(f"error: {path} exists; pass --overwrite to replace it")
+        raise UsageError(f"{path} exists; pass another --out, or --overwrite to replace it")
 
 
 def run(args) -> int:
     from phasejax import bench
     from phasejax.io import atomic_write_json
 
-    path = record_path(args.out, bench.device_name())
-    refuse_existing(path, args.overwrite)            # before any compute
+    path = guard_output_file(record_path(args.out, bench.device_name()), args.overwrite)   # before any compute
     reference = args.reference
     if reference is not None and not os.path.isfile(reference):
-        raise SystemExit(f"error: --reference {reference}: no such file")
+        raise UsageError(f"--reference {reference}: no such file; pass the published method's script")
     import jax
 
     plan = bench.BenchPlan(quick=args.quick, reference=reference or bench.find_reference(),

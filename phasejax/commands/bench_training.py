@@ -14,7 +14,8 @@
    `alpha = 1.5`, `omega = 0.3`, `--solver-seeds` data sets): L-BFGS, GD and
    Adam stopped at RMS gradient `--gtol`, and GAMP (theory notes, section 7)
    stopped on its relative change of `Q`; steps, seconds and the risk reached.
-Writes a JSON record to --out (default results/bench/training_<platform>.json). The measurement is
+Writes a JSON record to --out (default runs/bench/training_<platform>.json; --out
+results/bench/training_cpu.json rewrites the committed one, with --overwrite). The measurement is
 `phasejax.bench.training_benchmark`; `phasejax bench --parts training` runs it at the preset's sizes beside
 the other figures.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from phasejax.commands.argtypes import positive_float, positive_int
+from phasejax.commands.argtypes import UsageError, add_output, guard_output_file, positive_float, positive_int
 from phasejax.commands.experiment_flags import add_dtype, add_preset, dtype_from, environment, pick, print_paths
 from phasejax.io import atomic_write_json
 
@@ -48,7 +49,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--skip-solvers", action="store_true")
     ap.add_argument("--skip-gamp", action="store_true", help="leave GAMP out of the solver comparison")
     add_dtype(ap, default="float64")
-    ap.add_argument("--out", default=None, help="JSON record (default: results/bench/training_<platform>.json)")
+    add_output(ap, None, help="JSON record (default: runs/bench/training_<platform>.json)", guard=False)
 
 
 def run(args) -> int:
@@ -56,17 +57,17 @@ def run(args) -> int:
 
     from phasejax.bench import TRAINING_PRESETS, training_benchmark
 
+    out = guard_output_file(args.out or os.path.join("runs", "bench", f"training_{jax.default_backend()}.json"),
+                            args.overwrite)     # before any compute
     preset = TRAINING_PRESETS[args.preset]
     args.d, args.steps, args.chunk_size = (pick(args, k, preset) for k in ("d", "steps", "chunk_size"))
     if args.steps < 2:
-        raise SystemExit(f"error: --steps must be >= 2 (the 1-step run is subtracted), got {args.steps}")
+        raise UsageError(f"--steps must be >= 2 (the 1-step run is subtracted), got {args.steps}")
     record = dict(date=datetime.date.today().isoformat(), args={k: v for k, v in vars(args).items() if k != "_run"},
                   **environment())
     record.update(training_benchmark(
         d=args.d, steps=args.steps, chunk_size=args.chunk_size, seeds=args.seeds, n_alpha=args.n_alpha,
         n_omega=args.n_omega, loop_runs=args.loop_runs, solver_seeds=args.solver_seeds, gtol=args.gtol,
         sweep=not args.skip_sweep, solvers=not args.skip_solvers, gamp=not args.skip_gamp, dtype=dtype_from(args)))
-    out = args.out or os.path.join("results", "bench", f"training_{jax.default_backend()}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     print_paths([atomic_write_json(out, record)])
     return 0

@@ -9,8 +9,9 @@ subspace gain), sorted by training loss; the first is the branch.
 from __future__ import annotations
 
 import json
+import sys
 
-from phasejax.commands.argtypes import nonnegative_float, positive_float, unit_interval
+from phasejax.commands.argtypes import finite_float, nonnegative_float, positive_float, unit_interval
 
 NAME = "census"
 HELP = "all fixed points of a subspace at one (alpha, omega)"
@@ -22,8 +23,12 @@ def add_arguments(ap) -> None:
     ap.add_argument("--branch", choices=("positional", "semantic"), default="positional", help="subspace")
     ap.add_argument("--sigma", type=positive_float, default=0.5)
     ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"))
+    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
+                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
+                         "finite entries are accepted: with rows not summing to one the target's attention rows "
+                         "do not sum to one either")
     ap.add_argument("--no-newton", action="store_true", help="only pseudo-transient solves (no plain Newton)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress line (drawn only on a terminal)")
 
 
 def run(args) -> int:
@@ -34,6 +39,9 @@ def run(args) -> int:
     from phasejax.theory import fixed_point_census, make_params, result_columns
 
     params = make_params(args.alpha, args.omega, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))
+    if not args.no_progress and sys.stderr.isatty():
+        print("solving from every census seed in one compiled batch (compilation included: about half a minute "
+              "on a CPU core) ...", file=sys.stderr, flush=True)
     c = fixed_point_census(params, args.branch, newton_too=not args.no_newton)
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(c.results))

@@ -5,12 +5,12 @@
     phasejax counting --replot             # redraw phase_diagrams.png from <out>/runs.csv, no training
     phasejax counting --preset proposition # d = T = 32, p = 1 (the relation-based proposition's point), all six
                                            # configurations, 4 seeds, 20000 steps, loss curves recorded;
-                                           # into results/counting/proposition/ (about 10 min on 2 cores)
+                                           # into runs/counting/proposition/ (about 10 min on 2 cores)
 
 For every configuration (linear, linear+softmax, dot, dot+softmax, dot+BOS,
 dot+BOS+softmax) the whole (d, p, seed) grid is padded to its largest d and p
 and trained in vmapped chunks (online Adam, a fresh batch per step), resumable
-under --run-dir/<config>/. Writes --out (default results/counting/): runs.csv
+under --run-dir/<config>/. Writes --out (default runs/counting/): runs.csv
 (config, T, L, d, p, seed, accuracy, final_loss), counting.json (the
 configurations), phase_diagrams.png (best and mean accuracy over seeds; colour
 scale from the majority-class accuracy), constructions.csv (the explicit
@@ -20,10 +20,20 @@ curves.csv (block means of every run's training loss) and loss_curves.png.
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
+from phasejax.commands.argtypes import (
+    UsageError,
+    add_output,
+    add_run_options,
+    guard_output,
+    output_identity,
+    positive_float,
+    positive_int,
+    run_options_from,
+)
 from phasejax.commands.experiment_flags import (
     add_dtype,
     dtype_from,
@@ -61,7 +71,7 @@ def add_arguments(ap) -> None:
                     help="cpu: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); "
                          "gpu: d, p in 1..128, 5 seeds, 20000 steps (not run: no GPU); "
                          "proposition: d = 32, p = 1, 4 seeds, 20000 steps with loss curves, into "
-                         "results/counting/proposition by default")
+                         "runs/counting/proposition by default")
     ap.add_argument("--configs", nargs="+", type=_config_name, default=None,
                     help="subset of the six configurations (case-insensitive; default: all six)")
     ap.add_argument("--T", type=positive_int, default=32, help="alphabet size")
@@ -71,12 +81,13 @@ def add_arguments(ap) -> None:
     ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per grid point (default: the preset's)")
     ap.add_argument("--steps", type=positive_int, default=None, help="online Adam steps (default: the preset's)")
     ap.add_argument("--batch-size", type=positive_int, default=None, help="sequences per step (default: the preset's)")
-    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+    ap.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam learning rate")
+    ap.add_argument("--lr", type=positive_float, dest="learning_rate", default=argparse.SUPPRESS, help=argparse.SUPPRESS)   # older spelling
     ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per run")
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true", help="only redraw the figure from <out>/runs.csv")
-    ap.add_argument("--out", default=None,
-                    help="output folder (default results/counting, results/counting/proposition for that preset)")
+    add_output(ap, None, help="output folder (default runs/counting, runs/counting/proposition for that preset)",
+               guard=False)
     add_run_options(ap, chunk_size=64)
 
 
@@ -110,11 +121,11 @@ def run(args) -> int:
     from phasejax.tasks.histogram import HistogramTask, sample_sequences
 
     if args.out is None:
-        args.out = os.path.join("results", "counting", *(("proposition",) if args.preset == "proposition" else ()))
+        args.out = os.path.join("runs", "counting", *(("proposition",) if args.preset == "proposition" else ()))
     if args.replot:
         path = os.path.join(args.out, "runs.csv")
         if not os.path.exists(path):
-            raise SystemExit(f"error: --replot needs {path}")
+            raise UsageError(f"--replot needs {path}; run the command first, or pass the --out that holds it")
         runs = CountingRuns.from_csv(path)
         s = read_json(os.path.join(args.out, "summary.json")) if os.path.exists(
             os.path.join(args.out, "summary.json")) else {}
@@ -123,12 +134,13 @@ def run(args) -> int:
         print_paths([_plot(runs, args.out, _title(T, L, s.get("steps", "?"), s.get("batch_size", "?"), seeds), T, L)])
         return 0
 
+    guard_output(args.out, args.overwrite, output_identity(args))
     preset = PRESETS[args.preset]
     ds, ps = pick(args, "ds", preset), pick(args, "ps", preset)
     seeds, steps, batch = pick(args, "seeds", preset), pick(args, "steps", preset), pick(args, "batch_size", preset)
     names = args.configs or list(COUNTING_CONFIGS)
     if len(set(names)) != len(names):
-        raise SystemExit(f"error: --configs repeats a configuration: {names}")
+        raise UsageError(f"--configs repeats a configuration: {names}; give each once")
     task = HistogramTask(args.T, args.L)
     grid = CountingGrid(ds=ds, ps=ps, seeds=tuple(range(seeds)))
     options = run_options_from(args, args.out)
@@ -136,7 +148,7 @@ def run(args) -> int:
     curve_points = preset.get("curve_points", 0)
     if curve_points and steps % curve_points:
         curve_points = next(c for c in range(min(curve_points, steps), 0, -1) if steps % c == 0)
-    runs = counting_phase_diagrams(grid, task, names, steps=steps, batch_size=batch, learning_rate=args.lr,
+    runs = counting_phase_diagrams(grid, task, names, steps=steps, batch_size=batch, learning_rate=args.learning_rate,
                                    n_test=args.n_test, curve_points=curve_points, dtype=dtype_from(args),
                                    options=options)
     if runs is None:
@@ -166,7 +178,7 @@ def run(args) -> int:
     paths.append(write_csv(os.path.join(args.out, "constructions.csv"), cons))
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, T=args.T, L=args.L, ds=list(ds), ps=list(ps), seeds=seeds, steps=steps, batch_size=batch,
-        learning_rate=args.lr, n_test=args.n_test, dtype=args.dtype, curve_points=curve_points,
+        learning_rate=args.learning_rate, n_test=args.n_test, dtype=args.dtype, curve_points=curve_points,
         total_seconds=seconds, accuracy={n: dict(mean=float(np.mean(runs.select(n)["accuracy"])),
                                                  min=float(np.min(runs.select(n)["accuracy"])),
                                                  max=float(np.max(runs.select(n)["accuracy"])))

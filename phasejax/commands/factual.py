@@ -20,10 +20,16 @@ curves.png, phase_diagram.png, facts_vs_params.png.
 
 from __future__ import annotations
 
-import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    positive_float,
+    positive_int,
+    run_options_from,
+)
 
 NAME = "factual"
 HELP = "factual recall: hallucination plateau near log|A_r| and facts stored against parameter count"
@@ -71,7 +77,7 @@ def presets() -> dict:
 def add_arguments(parser) -> None:
     parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
                         help="cpu: small grid for 2 CPU cores (< 15 min); gpu: more steps, seeds, facts, architectures")
-    parser.add_argument("--out", default=os.path.join("results", "factual"), help="output folder")
+    add_output(parser, default_out(NAME))
     parser.add_argument("--steps", type=positive_int, default=None,
                         help="online steps per run, curves and sweeps (None: the preset's)")
     parser.add_argument("--learning-rate", type=positive_float, default=None, help="learning rate (None: the preset's)")

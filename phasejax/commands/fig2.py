@@ -9,7 +9,7 @@ Every (alpha, init, seed) run is one entry of a single vmapped, chunked,
 resumable sweep (`phasejax.empirics.train_students`, L-BFGS to the RMS-gradient
 tolerance of the dtype); the SE curves come from `phasejax.phase.phase_diagram`
 on the same alphas (both subspaces, the linear baseline, alpha_c with its error).
-Writes --out (default results/fig2/): runs.csv and training.json (one row per
+Writes --out (default runs/fig2/): runs.csv and training.json (one row per
 run), theory/ (the phase diagram at this omega), fig2.png (points: mean over
 seeds, error bars: one standard deviation over seeds) and summary.json.
 """
@@ -20,7 +20,9 @@ import os
 import time
 
 from phasejax.commands.argtypes import (
+    add_output,
     add_run_options,
+    default_out,
     nonnegative_float,
     positive_float,
     positive_int,
@@ -64,7 +66,7 @@ def add_arguments(ap) -> None:
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true",
                     help="only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
-    ap.add_argument("--out", default=os.path.join("results", "fig2"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
 
 

@@ -10,7 +10,7 @@ embedding. Phase 2: lift the mask without changing the function, perturb every
 weight with N(0, --noise^2) and keep training all of it with SGD. Every
 (solution, seed) is one entry of a single vmapped, chunked, resumable sweep
 (`phasejax.tasks.transformer.two_solutions`). Writes --out (default
-results/histogram/): two_solutions.csv (per run: accuracies, weight movement,
+runs/histogram/): two_solutions.csv (per run: accuracies, weight movement,
 attention diagnostics), accuracy.csv (mean/min/max per solution and phase),
 attention.npz and attention.png (the same probe sequences under both solutions,
 before and after unfreezing), two_solutions.json and summary.json.
@@ -22,7 +22,9 @@ import os
 import time
 
 from phasejax.commands.argtypes import (
+    add_output,
     add_run_options,
+    default_out,
     nonnegative_float,
     positive_float,
     positive_int,
@@ -74,7 +76,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per accuracy")
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true", help="only redraw attention.png from <out>/attention.npz")
-    ap.add_argument("--out", default=os.path.join("results", "histogram"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
 
 

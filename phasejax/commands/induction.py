@@ -30,7 +30,14 @@ import os
 import resource
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    positive_float,
+    positive_int,
+    run_options_from,
+)
 
 NAME = "induction"
 HELP = "induction heads on in-context Markov chains: 1 vs 2 layers against the Bayes predictor"
@@ -51,7 +58,7 @@ PRESETS = {
 
 def add_arguments(parser) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="grid and training budget")
-    parser.add_argument("--out", default=os.path.join("results", "induction"), help="output folder")
+    add_output(parser, default_out(NAME))
     parser.add_argument("--steps", type=positive_int, default=None, help="Adam steps per run (None: the preset's)")
     parser.add_argument("--seeds", type=positive_int, default=None, help="seeds per point (None: the preset's)")
     parser.add_argument("--learning-rate", type=positive_float, default=0.03,

@@ -15,7 +15,7 @@ Presets:
   gpu            19 x 19 grid (p, q = 0.05 .. 0.95), 10 seeds, N = 128, batch 64, 4000 steps,
                  chunk size 512 (not run for this release; see docs/sandboxes/markov.md).
 
-Writes into --out (default results/markov/): runs.csv, curves.csv, summary.json,
+Writes into --out (default runs/markov/): runs.csv, curves.csv, summary.json,
 phase_diagram.png, curves.png, critical_points.csv, critical_spectra.png,
 trace.csv, trace.png (tied runs at --high: loss, |e| and the curvature along e
 at the stationary point vs step), reduced_cells.csv, reduced_summary.json, reduced_flow.png.
@@ -29,7 +29,9 @@ import os
 import time
 
 from phasejax.commands.argtypes import (
+    add_output,
     add_run_options,
+    default_out,
     nonnegative_float,
     open_unit_interval,
     positive_float,
@@ -53,7 +55,7 @@ PRESETS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="grid and training size")
-    parser.add_argument("--out", default="results/markov", help="output folder")
+    add_output(parser, default_out(NAME))
     g = parser.add_argument_group("grid (default: the preset's)")
     g.add_argument("--ps", type=open_unit_interval, nargs="+", default=None, help="values of p = P(1 | 0)")
     g.add_argument("--qs", type=open_unit_interval, nargs="+", default=None, help="values of q = P(0 | 1)")

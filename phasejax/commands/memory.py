@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_int, run_options_from
+from phasejax.commands.argtypes import add_output, add_run_options, default_out, positive_int, run_options_from
 
 NAME = "memory"
 HELP = "capacity of associative memories (outer product, one step, trained linear, MLP) and Zipf scaling"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", default=os.path.join("results", "memory"), help="output folder")
+    add_output(parser, default_out(NAME))
     parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
                         help="grid size: cpu (minutes on 2 cores) or gpu (larger d, m, N, more seeds)")
     parser.add_argument("--seeds", type=positive_int, default=None,

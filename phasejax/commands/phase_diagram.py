@@ -1,11 +1,13 @@
 """Phase diagram of positional vs semantic tied attention: the library's main job.
 
-    phasejax phase-diagram                                # the main job: 23 x 11 points, where the thresholds lie
-    phasejax phase-diagram --alpha-min 0.1 --n-alpha 40 --omega-max 0.95 --n-omega 20 --tracks 2
+    phasejax phase-diagram                                # the main job: 23 x 11 points, into runs/phase_diagram
+    phasejax phase-diagram --alpha-min 0.1 --n-alpha 40 --omega-max 0.95 --n-omega 20 --tracks 2 --out runs/paper
                                                           # the paper's full diagram, two census tracks
-    phasejax phase-diagram --n-alpha 12 --n-omega 4       # a quick one
+    phasejax phase-diagram --n-alpha 12 --n-omega 4 --out runs/quick    # a quick one
+    phasejax phase-diagram --out results/phase_diagram --overwrite      # rewrite the committed main job
 
-Writes to --out: points.csv (every fixed point found, with errors, stability, status), diagram.csv (per point:
+Writes to --out (default runs/phase_diagram; a folder holding another configuration's results is refused
+unless --overwrite): points.csv (every fixed point found, with errors, stability, status), diagram.csv (per point:
 both branches, Delta e_t with its error, the global minimum, the linear baseline, gains, number of fixed
 points), thresholds.csv (omega, alpha_c, alpha_l with 95% errors and statuses, spinodals), summary.json,
 grid.json, phase_map.png and a slice plot. A killed run resumes from --run-dir. Every cell gets a verdict per
@@ -20,7 +22,12 @@ import sys
 import time
 
 from phasejax.commands.argtypes import (
+    RunError,
+    UsageError,
+    add_output,
     add_run_options,
+    default_out,
+    finite_float,
     nonnegative_float,
     positive_float,
     positive_int,
@@ -41,23 +48,48 @@ def add_arguments(ap) -> None:
     ap.add_argument("--n-omega", type=positive_int, default=11)
     ap.add_argument("--sigma", type=positive_float, default=0.5)
     ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"))
+    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
+                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
+                         "finite entries are accepted: with rows not summing to one the target's attention rows "
+                         "do not sum to one either")
     ap.add_argument("--tracks", type=positive_int, default=1,
                     help="fixed-point tracks (census seeds) per subspace, followed along alpha")
     ap.add_argument("--slice-omega", type=unit_interval, default=0.3, help="omega of the slice plot")
-    ap.add_argument("--out", default="results/phase_diagram")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=2)
+
+
+MAX_POINTS = 10**6
+"""The largest grid (`n_alpha * n_omega`) the command accepts: about 2 s a point and subspace on a CPU core."""
+
+
+def check_size(args, n_tracks: int) -> None:
+    """Refuse, before any compile, a grid whose row programs would not fit in memory (`RunError` with the
+    estimate and the flags that shrink it) or that is beyond `MAX_POINTS` (`UsageError`)."""
+    from phasejax.phase.diagram import row_memory_estimate
+    from phasejax.sweep import available_memory
+
+    points = args.n_alpha * args.n_omega
+    if points > MAX_POINTS:
+        raise UsageError(f"{args.n_alpha} x {args.n_omega} = {points} points is beyond {MAX_POINTS} (at about "
+                         f"2 s a point and subspace); shrink --n-alpha or --n-omega")
+    need = row_memory_estimate(args.n_alpha, n_tracks, min(args.chunk_size, 2 * args.n_omega))
+    have = available_memory()
+    if need > have:
+        raise RunError(f"a chunk of {args.chunk_size} rows of {args.n_alpha} alphas x {n_tracks} tracks needs about "
+                       f"{need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB available; shrink --n-alpha (or --chunk-size "
+                       "or --tracks)")
 
 
 def run(args) -> int:
     import numpy as np
 
     if args.alpha_max < args.alpha_min or args.omega_max < args.omega_min:
-        raise SystemExit("error: --alpha-max/--omega-max must not be below --alpha-min/--omega-min")
+        raise UsageError("--alpha-max/--omega-max must not be below --alpha-min/--omega-min")
     if args.n_alpha > 1 and args.alpha_max == args.alpha_min:
-        raise SystemExit("error: --n-alpha > 1 needs --alpha-max > --alpha-min")
+        raise UsageError("--n-alpha > 1 needs --alpha-max > --alpha-min")
     if args.n_omega > 1 and args.omega_max == args.omega_min:
-        raise SystemExit("error: --n-omega > 1 needs --omega-max > --omega-min")
+        raise UsageError("--n-omega > 1 needs --omega-max > --omega-min")
     from phasejax.phase import PhaseConfig, PhaseGrid, phase_diagram
     from phasejax.plotting import plot_omega_slice, plot_phase_map
     from phasejax.theory import CENSUS_SEEDS, make_params
@@ -65,10 +97,11 @@ def run(args) -> int:
     grid = PhaseGrid.from_ranges(np.linspace(args.alpha_min, args.alpha_max, args.n_alpha),
                                  np.linspace(args.omega_min, args.omega_max, args.n_omega))
     if max(args.tracks, 1) > min(len(CENSUS_SEEDS["positional"]), len(CENSUS_SEEDS["semantic"])):
-        raise SystemExit(f"error: --tracks must be at most {min(len(v) for v in CENSUS_SEEDS.values() if len(v) > 1)}")
+        raise UsageError(f"--tracks must be at most {min(len(v) for v in CENSUS_SEEDS.values() if len(v) > 1)}")
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][: args.tracks] for b in ("positional", "semantic")})
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.reshape(args.A, (2, 2)))
     options = run_options_from(args, args.out)
+    check_size(args, config.n_tracks)
     t0 = time.perf_counter()
     pd = phase_diagram(grid, params, config=config, options=options)
     if pd is None:

@@ -6,7 +6,7 @@
 
 Each run is classified by `phasejax.empirics.classify_solution` (direction
 cosines of Q with the positional direction and with the teacher, threshold
-0.5). Writes --out (default results/random_init/): runs.csv and training.json,
+0.5). Writes --out (default runs/random_init/): runs.csv and training.json,
 fractions.csv (per alpha: the fractions, 68% Wilson intervals of the positional
 and positional+semantic fractions, runs and converged runs), fractions.png and
 summary.json.
@@ -17,7 +17,15 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from, unit_interval
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    positive_float,
+    positive_int,
+    run_options_from,
+    unit_interval,
+)
 from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
@@ -50,7 +58,7 @@ def add_arguments(ap) -> None:
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true",
                     help="only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
-    ap.add_argument("--out", default=os.path.join("results", "random_init"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=50)
 
 

@@ -8,7 +8,7 @@
 One vmapped sweep over (init, seed) per dimension d (the shapes change with d),
 each resumable under --run-dir/d<d>/; the SE fixed points of both subspaces
 (with their quadrature errors) are the d -> inf reference. Writes --out
-(default results/scaling/): runs.csv (every run, all d; `read_runs_csv` loads it),
+(default runs/scaling/): runs.csv (every run, all d; `read_runs_csv` loads it),
 summary.csv (per overlap and d: mean, standard deviation, standard error,
 distance to the SE, and the teacher-norm adjusted mean and its distance), se.json, scaling.png and summary.json.
 """
@@ -18,7 +18,15 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from, unit_interval
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    positive_float,
+    positive_int,
+    run_options_from,
+    unit_interval,
+)
 from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
@@ -48,7 +56,7 @@ def add_arguments(ap) -> None:
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true",
                     help="only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
-    ap.add_argument("--out", default=os.path.join("results", "scaling"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
 
 

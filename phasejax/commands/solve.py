@@ -1,6 +1,6 @@
 """Solve the tied-attention state evolution at every (alpha, omega) pair and print one JSON line per point.
 
-    phasejax solve --alpha 1 2 --omega 0.3 --branch semantic
+    phasejax solve --alphas 1 2 --omegas 0.3 --branch semantic
 
 Keys: alpha, omega, branch, q, m, V, theta, test_error, train_loss, residual (each value with `<key>_err`, a
 95% half-width of its quadrature error; NaN for a fixed Gauss-Hermite rule), converged, iterations, status,
@@ -12,27 +12,51 @@ r, t > 1); m is the first entry of m. Default quadrature: the converged adapted 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from phasejax.commands.argtypes import nonnegative_float, positive_float, positive_int, unit_interval
+from phasejax.commands.argtypes import (
+    UsageError,
+    finite_float,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    refuse_duplicates,
+    unit_interval,
+)
+
+MAX_NODES = 64
+"""The most Gauss-Hermite nodes per dimension `--nodes` accepts (the rule has nodes**(L (r + t)) points)."""
+MAX_QMC_LOG2 = 24
+"""`--qmc` accepts at most 2**MAX_QMC_LOG2 points per replica."""
+MAX_POINTS = 10**7
+"""The most quadrature points per replica of a rule (`--nodes` ** dimension, or `--qmc`)."""
 
 NAME = "solve"
 HELP = "state evolution at (alpha, omega) points, one JSON line each"
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--alpha", type=positive_float, nargs="+", required=True, help="sample complexities n / d")
-    ap.add_argument("--omega", type=unit_interval, nargs="+", required=True, help="positional shares of the target")
-    ap.add_argument("--branch", choices=("positional", "semantic", "agnostic"), default="semantic")
+    ap.add_argument("--alphas", type=positive_float, nargs="+", required=True, help="sample complexities n / d")
+    ap.add_argument("--omegas", type=unit_interval, nargs="+", required=True, help="positional shares of the target")
+    # the older singular spellings, still accepted
+    ap.add_argument("--alpha", type=positive_float, nargs="+", dest="alphas", help=argparse.SUPPRESS)
+    ap.add_argument("--omega", type=unit_interval, nargs="+", dest="omegas", help=argparse.SUPPRESS)
+    ap.add_argument("--branch", choices=("positional", "semantic", "agnostic"), default="semantic",
+                    help="the subspace solved in (agnostic: both order parameters free)")
     ap.add_argument("--nodes", type=positive_int, default=None,
                     help="use tensor Gauss-Hermite with this many nodes per dimension (no error estimates) "
-                         "instead of the converged default rule")
-    ap.add_argument("--qmc", type=positive_int, default=0,
-                    help="use scrambled Sobol with 4 replicas of this many points (rounded up to a power of 2)")
+                         "instead of the converged default rule; at most 64")
+    ap.add_argument("--qmc", type=positive_int, default=None,
+                    help="use scrambled Sobol with 4 replicas of this many points (rounded up to a power of 2, "
+                         f"at most 2^{MAX_QMC_LOG2}) instead of the converged default rule")
     ap.add_argument("--sigma", type=positive_float, default=0.5)
     ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"))
+    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
+                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
+                         "finite entries are accepted: with rows not summing to one the target's attention rows "
+                         "do not sum to one either")
     ap.add_argument("--prox-starts", choices=("multi", "zero"), default="multi",
                     help="multi: the global minimum of each proximal problem; zero: one search from h = 0 "
                          "(the published method)")
@@ -41,6 +65,7 @@ def add_arguments(ap) -> None:
                     help="blend a node's prox minima within about this energy of each other (SEConfig.tie_width; "
                          "0: the lowest only)")
     ap.add_argument("--tol", type=positive_float, default=1e-7, help="scaled residual at convergence")
+    ap.add_argument("--no-progress", action="store_true", help="no progress line (drawn only on a terminal)")
 
 
 def quadrature_from(args, params):
@@ -50,6 +75,14 @@ def quadrature_from(args, params):
     from phasejax.theory import SobolRule, gauss_hermite
 
     dim = params.L * (params.r + params.t)
+    if args.qmc and args.nodes:
+        raise UsageError("--qmc and --nodes exclude each other (one quadrature rule per solve); pass one of them")
+    if args.qmc and args.qmc > 2**MAX_QMC_LOG2:
+        raise UsageError(f"--qmc {args.qmc} is beyond 2^{MAX_QMC_LOG2} = {2**MAX_QMC_LOG2} points; pass a smaller "
+                         "--qmc")
+    if args.nodes and (args.nodes > MAX_NODES or args.nodes ** dim > MAX_POINTS):
+        raise UsageError(f"--nodes {args.nodes} makes a rule of {args.nodes}^{dim} = {float(args.nodes) ** dim:.3g} "
+                         f"points, beyond {MAX_POINTS:.0e}; pass --nodes {int(MAX_POINTS ** (1 / dim))} or fewer")
     if args.qmc:
         return SobolRule.create(dim, log2_n=max(1, math.ceil(math.log2(args.qmc))), n_replicas=4)
     if args.nodes:
@@ -65,10 +98,16 @@ def run(args) -> int:
     from phasejax.solvers import status_name
     from phasejax.theory import SEConfig, make_params, result_columns, solve_state_evolution_batch
 
+    refuse_duplicates(args.alphas, "--alphas")
+    refuse_duplicates(args.omegas, "--omegas")
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))
-    alpha, omega = (g.ravel() for g in np.meshgrid(args.alpha, args.omega, indexing="ij"))
+    alpha, omega = (g.ravel() for g in np.meshgrid(args.alphas, args.omegas, indexing="ij"))
     config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol, tie_width=args.tie_width)
-    res = solve_state_evolution_batch(params, alpha, omega, args.branch, quadrature_from(args, params), config)
+    rule = quadrature_from(args, params)
+    if not args.no_progress and sys.stderr.isatty():
+        print(f"solving {alpha.shape[0]} point{'s' if alpha.shape[0] > 1 else ''} in one compiled batch "
+              "(compilation included: about half a minute on a CPU core) ...", file=sys.stderr, flush=True)
+    res = solve_state_evolution_batch(params, alpha, omega, args.branch, rule, config)
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))
     keys = ("q", "m", "V", "theta", "test_error", "train_loss")

@@ -4,7 +4,7 @@
     phasejax train --alphas 0.5 1 2 --omegas 0.3 --seeds 5 --d 500 --inits positional semantic random
     phasejax train --student untied --optimizer adam --max-steps 20000
 
-Writes --out (default results/train/): runs.csv (columns of
+Writes --out (default runs/train/): runs.csv (columns of
 `phasejax.empirics.RUN_COLUMNS`: overlaps, losses, fresh-sample and
 overlap-predicted test errors, solver status, solution kind) and training.json
 (grid and configuration; `phasejax.empirics.TrainingRuns.load(out)` reads both).
@@ -16,7 +16,12 @@ import os
 import time
 
 from phasejax.commands.argtypes import (
+    RunError,
+    UsageError,
+    refuse_duplicates,
+    add_output,
     add_run_options,
+    default_out,
     nonnegative_float,
     nonnegative_int,
     positive_float,
@@ -58,7 +63,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--value-rank", type=nonnegative_int, default=0, help="trainable value rank (untied student)")
     ap.add_argument("--optimizer", choices=("lbfgs", "gd", "adam"), default="lbfgs")
     ap.add_argument("--learning-rate", type=positive_float, default=None,
-                    help="step size (default: 0.5 for gd, 0.01 for adam; lbfgs uses a line search)")
+                    help="step size of gd (default 0.5) and adam (default 0.01); refused with lbfgs, whose line "
+                         "search sets the step")
     ap.add_argument("--max-steps", type=positive_int, default=5000, help="optimiser step cap")
     ap.add_argument("--gtol", type=positive_float, default=None,
                     help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
@@ -66,8 +72,22 @@ def add_arguments(ap) -> None:
     ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
     ap.add_argument("--n-test", type=positive_int, default=1000, help="fresh test sequences per run")
     add_dtype(ap)
-    ap.add_argument("--out", default=os.path.join("results", "train"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
+
+
+def check_size(grid, args, dtype) -> None:
+    """Refuse, before any compile, a run whose data do not fit: one run holds about `5 (n_max + n_test) L d`
+    numbers (`phasejax.empirics.run_memory_estimate`); `RunError` with the estimate and the flags that shrink it."""
+    from phasejax.empirics.sweep import run_memory_estimate
+    from phasejax.sweep import available_memory
+
+    need = run_memory_estimate(grid, n_test=args.n_test, dtype=dtype)
+    have = available_memory()
+    if need > have:
+        raise RunError(f"one training run at --d {grid.d} with alpha up to {max(grid.alphas):g} "
+                       f"({grid.n_max} samples) needs about {need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB "
+                       "available; shrink --d (or the largest of --alphas, or --n-test)")
 
 
 def run(args) -> int:
@@ -78,14 +98,19 @@ def run(args) -> int:
     from phasejax.theory import make_params
 
     preset = PRESETS[args.preset]
-    try:
-        grid = TrainingGrid(alphas=tuple(pick(args, "alphas", preset)), omegas=tuple(pick(args, "omegas", preset)),
-                            seeds=tuple(range(pick(args, "seeds", preset))), inits=tuple(args.inits),
-                            d=pick(args, "d", preset))
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+    if args.optimizer == "lbfgs" and args.learning_rate is not None:
+        raise UsageError("--learning-rate is not used by --optimizer lbfgs (its line search sets the step); "
+                         "drop it, or pass --optimizer gd or adam")
+    if args.value_rank and args.student != "untied":
+        raise UsageError(f"--value-rank is used by --student untied only, not {args.student}; drop it")
+    for flag, name in (("--alphas", "alphas"), ("--omegas", "omegas"), ("--inits", "inits")):
+        refuse_duplicates(pick(args, name, preset) if name != "inits" else args.inits, flag)
+    grid = TrainingGrid(alphas=tuple(pick(args, "alphas", preset)), omegas=tuple(pick(args, "omegas", preset)),
+                        seeds=tuple(range(pick(args, "seeds", preset))), inits=tuple(args.inits),
+                        d=pick(args, "d", preset))
     config = TrainConfig(args.optimizer, learning_rate=args.learning_rate, max_steps=args.max_steps, gtol=args.gtol)
     options = run_options_from(args, args.out)
+    check_size(grid, args, dtype_from(args))
     t0 = time.perf_counter()
     runs = train_students(grid, make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam), student=args.student,
                           config=config, n_test=args.n_test, value_rank=args.value_rank, dtype=dtype_from(args),

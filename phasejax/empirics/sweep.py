@@ -52,7 +52,7 @@ from phasejax.empirics.training import TrainConfig, minimize, student_risk
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_code, status_names
-from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
+from phasejax.sweep import RunOptions, available_memory, canonical_config, run_chunked, run_options
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
@@ -143,6 +143,13 @@ class TrainingGrid:
 CHUNK_BYTES = 2**32
 """Memory cap of one vmapped chunk of training runs (4 GiB): `train_students` puts fewer runs in a chunk
 than `RunOptions.chunk_size` when `chunk_size * 5 * n_max L d * itemsize` would exceed it."""
+
+
+def run_memory_estimate(grid: TrainingGrid, *, n_test: int = 1000, L: int = 2, dtype=jnp.float32) -> int:
+    """Bytes one training run needs, about: `5 (n_max + n_test) L d * itemsize` (data, its masked copy, the
+    forward pass and its gradient). `train_students` refuses, before any compile, a grid whose single run
+    exceeds `phasejax.sweep.available_memory()`."""
+    return int(5 * (grid.n_max + int(n_test)) * L * grid.d * np.dtype(dtype).itemsize)
 
 
 def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, n_max: int,
@@ -271,9 +278,20 @@ class TrainingRuns:
     @classmethod
     def load(cls, out_dir: str) -> "TrainingRuns":
         """Read `runs.csv` and `training.json` written by `write`."""
-        meta = read_json(os.path.join(out_dir, "training.json"))
-        return cls(grid=TrainingGrid(**meta["grid"]), runs=read_runs_csv(os.path.join(out_dir, "runs.csv")),
-                   config=meta["config"])
+        path = os.path.join(out_dir, "training.json")
+        meta = read_json(path, kind=dict)
+        missing = [k for k in ("grid", "config") if k not in meta]
+        if missing or not isinstance(meta["grid"], dict):
+            raise ValueError(f"{path} is not a training.json: it needs the keys 'grid' (an object) and 'config'")
+        try:
+            grid = TrainingGrid(**meta["grid"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: its grid is not valid ({e})") from None
+        runs = read_runs_csv(os.path.join(out_dir, "runs.csv"))
+        if len(runs["alpha"]) != len(grid.tasks()["alpha"]):
+            raise ValueError(f"{os.path.join(out_dir, 'runs.csv')} has {len(runs['alpha'])} rows, its grid in "
+                             f"{path} {len(grid.tasks()['alpha'])}")
+        return cls(grid=grid, runs=runs, config=meta["config"])
 
     @classmethod
     def from_csv(cls, path: str) -> "TrainingRuns":
@@ -301,22 +319,37 @@ def write_runs_csv(runs: dict[str, np.ndarray], path: str, *, columns=None, name
     return write_csv(path, cols, columns)
 
 
+RUN_COLUMN_KINDS = dict(alpha="number", omega="number", seed="int", init="str", d="int", n="int", steps="int",
+                        status="str", converged="bool", solution="str")
+"""Kinds (`phasejax.io.COLUMN_KINDS`) of the columns of `runs.csv` that are not plain numbers."""
+
+
 def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[str, np.ndarray]:
     """Inverse of `write_runs_csv` (same `columns`, `named`): codes for the named columns and `status`,
-    `converged` boolean, the `integers` columns as int64. Raises `ValueError` naming missing columns."""
+    `converged` boolean, the `integers` columns as int64. Validates the file: every column present, numbers
+    where numbers belong, names from their lists, at least one row; a `ValueError` names the file, the column
+    and the line otherwise."""
     columns = RUN_COLUMNS if columns is None else tuple(columns)
     named = _NAMED if named is None else named
-    raw = read_csv(path)
-    missing = [k for k in columns if k not in raw]
-    if missing:
-        raise ValueError(f"{path} is not a runs.csv: missing columns {missing}")
+    kinds = {k: RUN_COLUMN_KINDS.get(k, "number") if columns is RUN_COLUMNS or k in RUN_COLUMN_KINDS else None
+             for k in columns}
+    kinds.update({k: "str" for k in columns if k in named or k == "status"})
+    kinds.update({k: "int" for k in columns if k in integers})
+    raw = read_csv(path, required=kinds, min_rows=1)
     runs = {}
     for k in columns:
         v = raw[k]
-        if k in named:
-            v = np.asarray([named[k].index(str(s)) for s in v], np.int32)
-        elif k == "status":
-            v = np.asarray([status_code(str(s)) for s in v], np.int32)
+        if k in named or k == "status":
+            names = list(named[k]) if k in named else None
+            codes = []
+            for line, cell in enumerate(np.asarray(v).astype(str), start=2):
+                try:
+                    codes.append(names.index(cell) if names is not None else status_code(cell))
+                except (ValueError, KeyError):
+                    allowed = names if names is not None else "the phasejax.solvers.Status names"
+                    raise ValueError(f"{path}, column {k!r}, line {line}: {cell!r} is not one of {allowed}") \
+                        from None
+            v = np.asarray(codes, np.int32)
         elif k == "converged":
             v = np.asarray(v).astype(bool)
         elif k in integers:
@@ -385,6 +418,12 @@ def train_students(
         raise ValueError(f"value_rank must be an integer >= 0, got value_rank={value_rank!r}")
     dtype = check_float_dtype(dtype)
     options = run_options(options)
+    need = run_memory_estimate(grid, n_test=n_test, L=params.L, dtype=dtype)
+    have = available_memory(options.devices[0] if options.devices else None)
+    if need > have:
+        raise ValueError(f"one run of the grid (d={grid.d}, n_max={grid.n_max}, n_test={n_test}) needs about "
+                         f"{need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB available; lower d, the largest alpha "
+                         "or n_test")
     # about 5 n L d numbers per run in a chunk: at large d a chunk holds fewer runs than options.chunk_size
     per_run = 5 * grid.n_max * params.L * grid.d * np.dtype(dtype).itemsize
     options = options.replace(chunk_size=max(1, min(options.chunk_size, int(CHUNK_BYTES // per_run))))
