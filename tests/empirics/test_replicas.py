@@ -1,0 +1,144 @@
+"""Two-replica experiments: overlaps modulo the model's symmetry, Lanczos against dense eigendecompositions, a
+convex problem where the two replicas must meet, the sweep's table and summary."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax import float64_scope
+from phasejax.empirics import generate_data, run_keys, sample_count
+from phasejax.empirics.replicas import (
+    PAIR_COLUMNS,
+    REPLICA_BRANCHES,
+    SUMMARY_KEYS,
+    ReplicaGrid,
+    extrapolate_in_d,
+    hessian_min_eig,
+    lanczos_min_eig,
+    mutual_overlaps,
+    replica_init,
+    replica_sweep,
+    summarize_pairs,
+)
+from phasejax.solvers import Status
+from phasejax.sweep import RunOptions
+from phasejax.theory import make_params
+from phasejax.theory.gram import gram_inputs, gram_risk
+
+
+def test_mutual_overlaps_identity_sign_and_rotation():
+    Q = jax.random.normal(jax.random.PRNGKey(0), (400, 1))
+    ov = mutual_overlaps(Q, -Q, 0.5)
+    assert np.isclose(ov["q12"], ov["q1"], rtol=1e-6) and np.isclose(ov["q1"], 0.25 * np.sum(Q**2) / 400)
+    assert abs(float(ov["distance"])) < 1e-6
+    # rank 2: a rotation of the columns is the same student
+    Q2 = jax.random.normal(jax.random.PRNGKey(1), (400, 2))
+    c, s = np.cos(0.7), np.sin(0.7)
+    ov2 = mutual_overlaps(Q2, Q2 @ jnp.asarray([[c, -s], [s, c]]))
+    assert np.isclose(ov2["q12"], ov2["q1"], rtol=1e-5) and float(ov2["distance"]) < 1e-4
+
+
+def test_independent_students_have_small_mutual_overlap():
+    d = 20000
+    k1, k2 = jax.random.split(jax.random.PRNGKey(2))
+    ov = mutual_overlaps(jax.random.normal(k1, (d, 1)), jax.random.normal(k2, (d, 1)))
+    assert abs(float(ov["q12"])) < 4 / np.sqrt(d)   # |N(0, 1/d)|, 4 standard deviations
+    assert np.isclose(float(ov["q1"]), 1.0, atol=4 * np.sqrt(2 / d))
+
+
+def test_replica_init_stays_in_branch_and_starts_apart():
+    params = make_params(1.0, 0.3)
+    data = generate_data(run_keys(0)["data"], params, d=2000, n=4)
+    for code in (0, 1):
+        Q0 = jnp.stack([replica_init(code, jax.random.PRNGKey(k), data.u, data.Qstar, 1) for k in (1, 2)])
+        ov = mutual_overlaps(Q0[0], Q0[1])
+        # half the squared norm along the branch direction: q12 / q = 1/2 up to O(d^-1/2)
+        assert abs(float(ov["q12"] / (0.5 * (ov["q1"] + ov["q2"]))) - 0.5) < 0.05
+        direction = data.u[0] if code == 0 else data.Qstar[:, 0] / jnp.linalg.norm(data.Qstar[:, 0])
+        cos = jnp.abs(Q0[:, :, 0] @ direction) / jnp.linalg.norm(Q0[:, :, 0], axis=1)
+        assert np.all(np.abs(np.asarray(cos) - 1 / np.sqrt(2)) < 0.05)
+
+
+def test_lanczos_on_a_known_spectrum():
+    with float64_scope():
+        eigs = jnp.concatenate([jnp.asarray([-0.3, 0.01]), jnp.linspace(0.5, 5.0, 298)])
+        U, _ = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(3), (300, 300)))
+        A = (U * eigs) @ U.T
+        res = lanczos_min_eig(lambda v: A @ v, jnp.ones(300), steps=40)
+        assert int(res.status) == Status.CONVERGED
+        assert abs(float(res.value) + 0.3) <= max(float(res.residual), 1e-10)
+        assert float(res.residual) < 1e-6
+        # a Krylov space that closes early (rank-one start in a 2-d invariant subspace) still gives the minimum
+        small = jnp.diag(jnp.asarray([2.0, 1.0, -1.0]))
+        res3 = lanczos_min_eig(lambda v: small @ v, jnp.asarray([1.0, 0.0, 0.0]), steps=3)
+        assert np.isclose(float(res3.value), -1.0, atol=1e-10)
+
+
+def test_hessian_min_eig_against_dense_eigendecomposition():
+    with float64_scope():
+        params = make_params(1.5, 0.3, lam=0.01)
+        d = 40
+        n = sample_count(1.5, d)
+        data = generate_data(run_keys(4)["data"], params, d, n, dtype=jnp.float64)
+        inputs = gram_inputs(data.x, data.y, data.p)
+        Q = 0.5 * data.u.T + 0.3 * jax.random.normal(jax.random.PRNGKey(5), (d, 1), jnp.float64)
+
+        def risk(Q):
+            return gram_risk(Q, inputs, params)
+
+        dense = np.linalg.eigvalsh(np.asarray(jax.hessian(risk)(Q)).reshape(d, d))
+        res = jax.jit(lambda Q: hessian_min_eig(risk, Q, jax.random.PRNGKey(6), steps=30))(Q)
+        err = max(float(res.residual), 1e-9)
+        assert abs(float(res.value) - dense[0]) <= err
+        assert err < 1e-3 * (dense[-1] - dense[0])
+
+
+def _linear_student(h, params):
+    """An attention map linear in the fields: `f = S(h) xt` is linear in `Q`, so the ridge risk is convex."""
+    L = h.shape[0]
+    return jnp.eye(L) + 0.5 * h[:, :1] * jnp.ones((1, L))
+
+
+def test_replicas_meet_on_a_convex_problem_and_the_sweep_table():
+    # f linear in Q plus a ridge: a strictly convex risk with one minimiser, whatever the inits
+    params = make_params(1.0, 0.3, student=_linear_student)
+    grid = ReplicaGrid(alphas=(1.5,), lams=(0.01,), seeds=(0, 1, 2), d=200)
+    pairs = replica_sweep(grid, params, long_steps=5, lanczos_steps=30,
+                          options=RunOptions(progress=False, chunk_size=6))
+    assert set(PAIR_COLUMNS) <= set(pairs) and all(len(pairs[k]) == 6 for k in PAIR_COLUMNS)
+    assert pairs["branch"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert np.all(pairs["converged"]) and np.all(pairs["init_q12_over_q"] < 0.7)
+    np.testing.assert_allclose(pairs["distance"], pairs["q1"] + pairs["q2"] - 2 * pairs["q12"], atol=1e-6)
+    # stopped at RMS gradient <= 1e-6 with every Hessian eigenvalue >= lam: |Q1 - Q2| / sqrt(d) <= 2e-6 / lam
+    # = 2e-4 per entry, so sigma_1^2 |Q1 - Q2|^2 / d <= 1e-8, against q ~ 1e-2
+    assert np.all(pairs["distance"] < 1e-7) and np.all(1 - pairs["q12_over_q"] < 1e-5)
+    assert np.all(np.abs(pairs["train_loss_1"] - pairs["train_loss_2"]) < 1e-6)
+    # both branches' inits reach the same (the only) minimum: same q for a seed
+    np.testing.assert_allclose(pairs["q"][:3], pairs["q"][3:], rtol=1e-4)
+    # convexity: the smallest Hessian eigenvalue is at least the ridge (to its Lanczos error)
+    assert np.all(pairs["hessian_min_eig"] >= 0.01 - pairs["hessian_min_eig_error"] - 1e-4)
+    assert np.all(pairs["long_run_drift"] < 1e-7) and np.all(1 - pairs["long_run_q12_over_q"] < 1e-5)
+    s = summarize_pairs(pairs)
+    assert s["n_pairs"].tolist() == [3, 3] and s["branch"].tolist() == [0, 1]
+    assert all(k in s and k + "_err" in s for k in SUMMARY_KEYS)
+    for code in (0, 1):
+        sel = (pairs["branch"] == code) & pairs["same_branch"]
+        if sel.sum() > 1:
+            assert np.isclose(s["q"][code], pairs["q"][sel].mean())
+            assert np.isclose(s["q_err"][code], pairs["q"][sel].std(ddof=1) / np.sqrt(sel.sum()))
+
+
+def test_extrapolation_recovers_a_line():
+    d = np.asarray([500.0, 1000.0, 2000.0, 4000.0])
+    a, a_err, b, _ = extrapolate_in_d(d, 0.02 + 30.0 / d, np.full(4, 1e-3))
+    assert abs(a - 0.02) < 1e-10 and abs(b - 30.0) < 1e-7 and a_err > 0
+    assert np.all(np.isnan(extrapolate_in_d([500.0], [0.1], [0.01])))
+
+
+@pytest.mark.parametrize("bad", [dict(alphas=()), dict(alphas=(1.0,), lams=(-0.1,)),
+                                 dict(alphas=(1.0,), branches=("random",)), dict(alphas=(1.0,), seeds=(1.5,)),
+                                 dict(alphas=(1.0,), omega=1.5), dict(alphas=(1.0,), d=0)])
+def test_grid_validation(bad):
+    with pytest.raises(ValueError):
+        ReplicaGrid(**bad)
