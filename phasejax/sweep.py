@@ -525,7 +525,7 @@ def run_chunked(
             parts[i] = load_checked(i)
     if any(p is None for p in parts.values()):
         return None
-    keys = tuple(k for k in parts[0] if k not in CHUNK_META)
+    keys = _output_keys(parts, fn, tasks, names, chunk_ids)
     for i in range(n_chunks):
         problem = chunk_problem(parts[i], fingerprint, i, chunk_ids(i), keys)
         if problem is not None:       # a chunk of another process, or one that changed on disk meanwhile
@@ -537,6 +537,18 @@ def run_chunked(
                 raise ValueError(f"the batch function returns other outputs for chunk {i} than for chunk 0: "
                                  f"{sorted(k for k in parts[i] if k not in CHUNK_META)} vs {sorted(keys)}")
     return {k: np.concatenate([parts[i][k] for i in range(n_chunks)]) for k in keys}
+
+
+def _output_keys(parts: dict, fn: Callable, tasks: Tasks, names: list, chunk_ids: Callable) -> tuple:
+    """The output names of the run: those every chunk holds, or, when chunks disagree (a damaged or foreign one),
+    the batch function's own (`jax.eval_shape` on chunk 0: traced, not compiled)."""
+    sets = [tuple(sorted(k for k in p if k not in CHUNK_META)) for p in parts.values()]
+    first = tuple(k for k in parts[0] if k not in CHUNK_META)
+    if len(set(sets)) == 1:
+        return first
+    ids = chunk_ids(0)
+    shapes = jax.eval_shape(fn, {k: np.asarray(tasks[k])[ids] for k in names})
+    return tuple(shapes)
 
 
 def available_memory(device=None) -> int:

@@ -63,17 +63,27 @@ MAX_POINTS = 10**6
 """The largest grid (`n_alpha * n_omega`) the command accepts: about 2 s a point and subspace on a CPU core."""
 
 
+ROW_BYTES = (2.5e8, 4e6)
+"""Memory of one compiled row (one omega, one subspace) of the default quadrature: about `ROW_BYTES[0] +
+ROW_BYTES[1] * n_alpha * tracks` bytes (XLA's memory analysis of the row program on a CPU)."""
+
+
+def row_memory_estimate(n_alpha: int, n_tracks: int) -> float:
+    """Bytes one row program needs, about (`ROW_BYTES`); rows of a chunk run one after the other on a CPU and
+    side by side on an accelerator, so a chunk needs up to `chunk_size` times this."""
+    return ROW_BYTES[0] + ROW_BYTES[1] * n_alpha * n_tracks
+
+
 def check_size(args, n_tracks: int) -> None:
     """Refuse, before any compile, a grid whose row programs would not fit in memory (`RunError` with the
     estimate and the flags that shrink it) or that is beyond `MAX_POINTS` (`UsageError`)."""
-    from phasejax.phase.diagram import row_memory_estimate
     from phasejax.sweep import available_memory
 
     points = args.n_alpha * args.n_omega
     if points > MAX_POINTS:
         raise UsageError(f"{args.n_alpha} x {args.n_omega} = {points} points is beyond {MAX_POINTS} (at about "
                          f"2 s a point and subspace); shrink --n-alpha or --n-omega")
-    need = row_memory_estimate(args.n_alpha, n_tracks, min(args.chunk_size, 2 * args.n_omega))
+    need = row_memory_estimate(args.n_alpha, n_tracks) * min(args.chunk_size, 2 * args.n_omega)
     have = available_memory()
     if need > have:
         raise RunError(f"a chunk of {args.chunk_size} rows of {args.n_alpha} alphas x {n_tracks} tracks needs about "

@@ -38,8 +38,8 @@ HELP = "state evolution at (alpha, omega) points, one JSON line each"
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--alphas", type=positive_float, nargs="+", required=True, help="sample complexities n / d")
-    ap.add_argument("--omegas", type=unit_interval, nargs="+", required=True, help="positional shares of the target")
+    ap.add_argument("--alphas", type=positive_float, nargs="+", help="sample complexities n / d (required)")
+    ap.add_argument("--omegas", type=unit_interval, nargs="+", help="positional shares of the target (required)")
     # the older singular spellings, still accepted
     ap.add_argument("--alpha", type=positive_float, nargs="+", dest="alphas", help=argparse.SUPPRESS)
     ap.add_argument("--omega", type=unit_interval, nargs="+", dest="omegas", help=argparse.SUPPRESS)
@@ -98,6 +98,9 @@ def run(args) -> int:
     from phasejax.solvers import status_name
     from phasejax.theory import SEConfig, make_params, result_columns, solve_state_evolution_batch
 
+    missing = [f for f, v in (("--alphas", args.alphas), ("--omegas", args.omegas)) if v is None]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
     refuse_duplicates(args.alphas, "--alphas")
     refuse_duplicates(args.omegas, "--omegas")
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))

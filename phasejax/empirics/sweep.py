@@ -342,12 +342,12 @@ def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[s
         if k in named or k == "status":
             names = list(named[k]) if k in named else None
             codes = []
-            for line, cell in enumerate(np.asarray(v).astype(str), start=2):
+            for line, cell in enumerate(str(c) for c in np.asarray(v).astype(str)):
                 try:
                     codes.append(names.index(cell) if names is not None else status_code(cell))
                 except (ValueError, KeyError):
                     allowed = names if names is not None else "the phasejax.solvers.Status names"
-                    raise ValueError(f"{path}, column {k!r}, line {line}: {cell!r} is not one of {allowed}") \
+                    raise ValueError(f"{path}, column {k!r}, line {line + 2}: {cell!r} is not one of {allowed}") \
                         from None
             v = np.asarray(codes, np.int32)
         elif k == "converged":

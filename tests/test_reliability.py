@@ -1,0 +1,374 @@
+"""Runs that cannot lose or mix up a result, and errors a user can act on.
+
+Bad inputs of the kind a new user tries (negative, NaN or huge values, conflicting flags, duplicates, foreign or
+unwritable output folders, garbage run configurations, swapped / truncated / malformed chunks, damaged CSV files)
+against the command line and the Python API. Each case asserts the exit code (2: bad input, 1: the run cannot go
+on), that the error is one line `phasejax <cmd>: error: ...` naming the flag or file, and that no finished chunk or
+result file was lost or changed. Every case stops before any compile (or uses a trivial batch function), so the
+file runs in seconds.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax.cli import build_parser, command_modules
+from phasejax.commands.argtypes import OUTPUT_MARKER, UsageError, guard_output
+from phasejax.io import read_csv, read_json, write_csv
+from phasejax.sweep import CHUNK_META, RunOptions, chunk_checksum, run_chunked
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = sorted(command_modules())
+TINY_TRAIN = ["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1", "--inits", "semantic",
+              "--max-steps", "2", "--n-test", "4", "--no-progress"]
+
+
+def snapshot(folder) -> dict:
+    """`{relative path: SHA-256}` of every file under `folder`."""
+    out = {}
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, folder)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def one_error_line(err: str, command: str) -> str:
+    """The one `phasejax <command>: error:` line of `err` (asserting there is exactly one, and no traceback)."""
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("phasejax")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"phasejax {command}: error: "), err
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------
+# Output folders
+# ----------------------------------------------------------------------------
+
+
+ADOPTING = {"gamp", "extension", "dynamics", "depth", "replicas"}
+"""Commands whose modules take up `add_output` next (their defaults may still point into results/)."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=False, reason="adopts phasejax.commands.argtypes.add_output")) if n in ADOPTING else n for n in COMMANDS])
+def test_no_command_writes_into_results_by_default(name):
+    """The committed results/ are written only when --out names them: every default lies elsewhere, and
+    every --run-dir defaults to a persistent folder (None: <out>/run)."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[name]
+    for action in sub._actions:
+        if action.dest == "out" and isinstance(action.default, str):
+            assert not os.path.normpath(action.default).startswith("results"), action.default
+        if action.dest == "run_dir":
+            assert action.default is None or not action.default.startswith(("/tmp", "tmp")), action.default
+    if any(a.dest == "out" for a in sub._actions):
+        assert any(a.dest == "overwrite" for a in sub._actions)
+
+
+@pytest.fixture
+def committed_like(tmp_path):
+    """A folder like a committed result: files no command of this configuration wrote."""
+    folder = tmp_path / "results" / "phase_diagram"
+    folder.mkdir(parents=True)
+    (folder / "diagram.csv").write_text("alpha,omega\n1.0,0.3\n")
+    (folder / "summary.json").write_text('{"kept": true}\n')
+    return folder
+
+
+def test_a_folder_of_other_results_is_refused_and_untouched(committed_like, run_cli):
+    """The audit's case: a small diagram into the folder of the committed main job."""
+    before = snapshot(committed_like)
+    code, out, err = run_cli(["phase-diagram", "--alpha-min", "1.2", "--alpha-max", "1.3", "--n-alpha", "2",
+                              "--n-omega", "1", "--out", str(committed_like), "--no-progress"])
+    assert code == 2, err
+    line = one_error_line(err, "phase-diagram")
+    assert str(committed_like) in line and "--out" in line and "--overwrite" in line
+    assert snapshot(committed_like) == before and not (committed_like / OUTPUT_MARKER).exists()
+
+
+def test_a_folder_of_another_configuration_is_refused_naming_what_differs(tmp_path, run_cli):
+    out = tmp_path / "out"
+    guard_output(str(out), False, dict(command="train", d=5))
+    (out / "runs.csv").write_text("alpha\n1\n")
+    before = snapshot(out)
+    code, _, err = run_cli([*TINY_TRAIN, "--out", str(out)])
+    assert code == 2
+    line = one_error_line(err, "train")
+    assert "another configuration" in line and "d" in line and "--overwrite" in line
+    assert snapshot(out) == before
+
+
+def test_the_same_configuration_reuses_its_folder_and_overwrite_replaces_the_marker(tmp_path):
+    out = str(tmp_path / "out")
+    ident = dict(command="x", n=1)
+    assert guard_output(out, False, ident) == out
+    open(os.path.join(out, "a.csv"), "w").close()
+    assert guard_output(out, False, ident) == out                         # a re-run, a resumed run
+    with pytest.raises(UsageError, match="differing: n"):
+        guard_output(out, False, dict(ident, n=2))
+    guard_output(out, True, dict(ident, n=2))
+    assert read_json(os.path.join(out, OUTPUT_MARKER))["identity"]["n"] == 2
+    assert os.path.exists(os.path.join(out, "a.csv"))
+
+
+@pytest.mark.parametrize("make_bad", ["file", "under_a_file"])
+def test_an_unusable_out_is_refused_before_any_compute(tmp_path, run_cli, make_bad):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    out = blocker if make_bad == "file" else blocker / "sub"
+    code, _, err = run_cli([*TINY_TRAIN, "--out", str(out)])
+    assert code == 2
+    line = one_error_line(err, "train")
+    assert "--out" in line and str(out) in line
+    assert blocker.read_text() == "x"
+
+
+def test_bench_training_refuses_an_existing_record(tmp_path, run_cli):
+    record = tmp_path / "training_cpu.json"
+    record.write_text('{"kept": true}\n')
+    code, _, err = run_cli(["bench-training", "--out", str(record)])
+    assert code == 2 and "--overwrite" in one_error_line(err, "bench-training")
+    assert record.read_text() == '{"kept": true}\n'
+
+
+# ----------------------------------------------------------------------------
+# Run directories: garbage or foreign configurations
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]"])
+def test_a_garbage_config_json_is_one_line_naming_the_file(tmp_path, run_cli, content):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(content)
+    code, _, err = run_cli([*TINY_TRAIN, "--out", str(tmp_path / "out"), "--run-dir", str(run_dir)])
+    assert code == 2
+    line = one_error_line(err, "train")
+    assert "config.json" in line and str(run_dir) in line
+    assert (run_dir / "config.json").read_text() == content
+
+
+def test_a_run_dir_of_another_run_is_one_line(tmp_path):
+    ref = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=4))
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="holds another run; differing: config.version"):
+        run_chunked(_fn, TASKS, dict(CONFIG, version=2), opts(tmp_path, chunk_size=4))
+    assert snapshot(tmp_path) == before and ref is not None
+
+
+# ----------------------------------------------------------------------------
+# Chunks: identity and checksum
+# ----------------------------------------------------------------------------
+
+
+def _fn(chunk):
+    a = jnp.asarray(chunk["alpha"])
+    return dict(value=jnp.sin(a) + a**2, index=jnp.asarray(chunk["k"]))
+
+
+TASKS = dict(alpha=np.linspace(0.1, 2.0, 10), k=np.arange(10))
+CONFIG = dict(kind="reliability-test", version=1)
+
+
+def opts(run_dir, **kw):
+    return RunOptions(run_dir=str(run_dir), progress=False, **kw)
+
+
+def chunk(run_dir, i):
+    return os.path.join(run_dir, "chunks", f"chunk_{i:05d}.npz")
+
+
+def _damage_swap(run_dir):
+    shutil.copy(chunk(run_dir, 1), chunk(run_dir, 0))           # a valid chunk of the same run, wrong place
+
+
+def _damage_truncate(run_dir):
+    with open(chunk(run_dir, 0), "rb") as fh:
+        data = fh.read()
+    with open(chunk(run_dir, 0), "wb") as fh:
+        fh.write(data[: len(data) // 2])
+
+
+def _rewrite(run_dir, change, reseal):
+    with np.load(chunk(run_dir, 0)) as z:
+        arrays = {k: z[k] for k in z.files}
+    change(arrays)
+    if reseal:
+        arrays["_checksum"] = np.asarray(chunk_checksum(arrays))
+    np.savez(chunk(run_dir, 0), **arrays)
+
+
+DAMAGES = {
+    "swapped": (_damage_swap, "is chunk 1 of this run, not chunk 0"),
+    "truncated": (_damage_truncate, "unreadable"),
+    "edited value": (lambda d: _rewrite(d, lambda a: a.__setitem__("value", a["value"] + 1), False), "checksum"),
+    "missing key": (lambda d: _rewrite(d, lambda a: a.pop("value"), True), "outputs"),
+    "wrong row count": (lambda d: _rewrite(d, lambda a: a.__setitem__("value", a["value"][:2]), True), "rows"),
+    "foreign run": (lambda d: _rewrite(d, lambda a: a.__setitem__("_fingerprint", np.asarray("0" * 64)), True),
+                    "another run"),
+    "no identity": (lambda d: _rewrite(d, lambda a: [a.pop(k) for k in CHUNK_META], False), "lacks"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, damage):
+    ref = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path / "ref", chunk_size=4))
+    run_dir = tmp_path / "run"
+    run_chunked(_fn, TASKS, CONFIG, opts(run_dir, chunk_size=4))
+    good = {i: open(chunk(run_dir, i), "rb").read() for i in (1, 2)}
+    capsys.readouterr()
+    make, why = DAMAGES[damage]
+    make(run_dir)
+    again = run_chunked(_fn, TASKS, CONFIG, opts(run_dir, chunk_size=4))
+    err = capsys.readouterr().err
+    assert chunk(run_dir, 0) in err and why in err and "recomputing" in err, err
+    for k in ref:
+        np.testing.assert_array_equal(again[k], ref[k])
+    assert np.array_equal(again["index"], TASKS["k"])                     # each row is its own task's
+    assert {i: open(chunk(run_dir, i), "rb").read() for i in (1, 2)} == good    # finished chunks untouched
+    assert os.path.exists(chunk(run_dir, 0) + ".rejected")                  # the bad one kept aside, not lost
+    # the recomputed chunk is accepted silently on the next run
+    run_chunked(_fn, TASKS, CONFIG, opts(run_dir, chunk_size=4))
+    assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------
+# Flags: refused values and conflicts, one line each
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,code,needle", [
+    (["solve", "--alphas", "1", "--omegas", "0.3", "--qmc", "5", "--nodes", "8"], 2, "--qmc and --nodes"),
+    (["solve", "--alphas", "1", "--omegas", "0.3", "--nodes", "500"], 2, "--nodes"),
+    (["solve", "--alphas", "1", "--omegas", "0.3", "--qmc", "100000000"], 2, "--qmc"),
+    (["solve", "--alphas", "1", "1", "--omegas", "0.3"], 2, "--alphas repeats 1"),
+    (["solve", "--alphas", "1", "--omegas", "0.3", "0.3"], 2, "--omegas repeats 0.3"),
+    (["solve", "--alpha", "1", "2", "2", "--omega", "0.3"], 2, "--alphas repeats 2"),    # the older spelling
+    (["train", "--optimizer", "lbfgs", "--learning-rate", "0.5"], 2, "--learning-rate"),
+    (["train", "--alphas", "1", "1"], 2, "--alphas repeats 1"),
+    (["train", "--inits", "semantic", "semantic"], 2, "--inits repeats semantic"),
+    (["train", "--value-rank", "2"], 2, "--value-rank"),
+    (["train", "--d", "10000000"], 1, "--d"),
+    (["phase-diagram", "--n-alpha", "100000", "--n-omega", "1000"], 2, "--n-alpha"),
+    (["phase-diagram", "--alpha-min", "2", "--alpha-max", "1"], 2, "--alpha-max"),
+    (["phase-diagram", "--tracks", "99"], 2, "--tracks"),
+    (["random-init", "--replot"], 2, "--replot"),
+    (["counting", "--configs", "dot", "dot"], 2, "--configs"),
+    (["train", "--process-index", "3", "--process-count", "2"], 2, "--process-index"),
+])
+def test_bad_inputs_after_parsing_are_one_line(argv, code, needle, tmp_path, run_cli):
+    if argv[0] != "solve":
+        argv = [*argv, "--out", str(tmp_path / "out")]
+    got, out, err = run_cli(argv)
+    assert got == code, err
+    assert needle in one_error_line(err, argv[0])
+    assert out == ""
+    produced = snapshot(tmp_path)
+    assert set(produced) <= {os.path.join("out", OUTPUT_MARKER)}, produced   # nothing computed, nothing written
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["solve", "--alphas", "1", "--omegas", "0.3", "--A", "nan", ".4", ".4", ".6"], "--A"),
+    (["phase-diagram", "--A", "inf", ".4", ".4", ".6"], "--A"),
+    (["census", "--alpha", "1", "--omega", "0", "--A", ".6", ".4", "x", ".6"], "--A"),
+    (["solve", "--alphas", "-1", "--omegas", "0.3"], "--alphas"),
+    (["solve", "--alphas", "1", "--omegas", "1.5"], "--omegas"),
+    (["solve", "--alphas", "1", "--omegas", "0.3", "--qmc", "1e8"], "--qmc"),
+    (["train", "--d", "abc"], "--d"),
+    (["counting", "--learning-rate", "-1"], "--learning-rate"),
+])
+def test_bad_values_are_usage_errors_naming_the_flag(argv, flag, run_cli):
+    code, _, err = run_cli(argv)
+    assert code == 2 and f"argument {flag}" in err, err
+
+
+def test_debug_shows_the_traceback(run_cli):
+    code, _, err = run_cli(["solve", "--alphas", "1", "1", "--omegas", "0.3", "--debug"])
+    assert code == 2
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("phasejax solve: error: --alphas")
+
+
+def test_help_texts_show_each_default_once(run_cli):
+    for name in COMMANDS:
+        _, out, _ = run_cli([name, "--help"])
+        flat = " ".join(out.split())
+        assert "(default: None)" not in flat, name
+        assert re.search(r"default[^()]*\)\s*\(default:", flat) is None, name        # never twice
+    _, out, _ = run_cli(["solve", "--help"])
+    assert "(default: semantic)" in " ".join(out.split())                # no hidden default
+
+
+# ----------------------------------------------------------------------------
+# Loaders
+# ----------------------------------------------------------------------------
+
+
+def _runs_csv(tmp_path):
+    from phasejax.empirics import RUN_COLUMNS
+
+    row = dict(alpha=1.0, omega=0.3, seed=0, init="semantic", d=4, m=0.1, theta=0.2, q=0.3, train_loss=0.1,
+               test_error=0.2, test_error_theory=0.2, n=4, grad_norm=1e-7, steps=3, status="converged",
+               converged=1, cos_m=0.1, cos_theta=0.9, solution="semantic")
+    path = tmp_path / "runs.csv"
+    write_csv(str(path), {k: np.asarray([row[k], row[k]]) for k in RUN_COLUMNS})
+    return path
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda t: t.replace(",theta,", ",thetaX,", 1), "lacks the column theta"),
+    (lambda t: t.replace("0.2,", "abc,", 1), "expected a number, got 'abc'"),
+    (lambda t: t.rsplit("\n", 2)[0][:-9] + "\n", "cells, the header has"),
+    (lambda t: t.replace("semantic", "sideways", 1), "'sideways' is not one of"),
+    (lambda t: t.split("\n")[0] + "\n", "0 data rows"),
+    (lambda t: "", "is empty"),
+])
+def test_training_runs_from_csv_validates(tmp_path, edit, needle):
+    from phasejax.empirics import TrainingRuns
+
+    path = _runs_csv(tmp_path)
+    TrainingRuns.from_csv(str(path))                                       # the good file loads
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(ValueError) as info:
+        TrainingRuns.from_csv(str(path))
+    assert str(path) in str(info.value) and needle in str(info.value)
+
+
+@pytest.mark.parametrize("content", ["", "[]", '{"grid": 3, "config": {}}',
+                                     '{"grid": {"alphas": [-1], "omegas": [0.3]}, "config": {}}'])
+def test_training_runs_load_validates_training_json(tmp_path, content):
+    from phasejax.empirics import TrainingRuns
+
+    _runs_csv(tmp_path)
+    (tmp_path / "training.json").write_text(content)
+    with pytest.raises(ValueError, match="training.json"):
+        TrainingRuns.load(str(tmp_path))
+
+
+def test_read_csv_checks_kinds_and_names_file_and_column(tmp_path):
+    path = str(tmp_path / "t.csv")
+    write_csv(path, dict(a=np.array([1, 2]), b=np.array(["x", "y"])))
+    assert read_csv(path, required=dict(a="int", b="str"))["a"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match=r"t.csv, column 'b', line 2: expected a number, got 'x'"):
+        read_csv(path, required=dict(b="number"))
+    with pytest.raises(ValueError, match="lacks the column c"):
+        read_csv(path, required=["a", "c"])
+    with pytest.raises(ValueError, match="0 or 1"):
+        read_csv(path, required=dict(a="bool"))
+
+
+def test_read_json_names_the_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("{oops")
+    with pytest.raises(ValueError, match=r"c.json is not valid JSON"):
+        read_json(str(path))
+    path.write_text(json.dumps([1]))
+    with pytest.raises(ValueError, match="must hold a JSON object"):
+        read_json(str(path), kind=dict)
