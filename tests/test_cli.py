@@ -113,3 +113,31 @@ def test_every_subcommand_help_works_in_a_fresh_virtual_environment(tmp_path):
     where = subprocess.run([py, "-c", "import phasejax; print(phasejax.__file__)"], capture_output=True, text=True,
                            cwd=tmp_path, env=env)
     assert str(venv) in where.stdout, where.stdout
+
+
+def test_every_shared_flag_is_in_the_vocabulary_table():
+    """docs/cli.md tables every flag that three or more commands share (one spelling per meaning)."""
+    import argparse
+    import collections
+
+    from phasejax.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    users = collections.Counter(o for p in sub.values() for a in p._actions if a.help != argparse.SUPPRESS
+                                for o in a.option_strings if o.startswith("--") and o != "--help")
+    with open(os.path.join(ROOT, "docs", "cli.md")) as fh:
+        table = fh.read().split("## Flag vocabulary", 1)[1]
+    missing = sorted(o for o, n in users.items() if n >= 3 and f"`{o}`" not in table)
+    assert not missing, missing
+
+
+def test_older_spellings_are_hidden_aliases(run_cli):
+    from phasejax.cli import build_parser
+
+    args = build_parser().parse_args(["counting", "--lr", "0.5"])
+    assert args.learning_rate == 0.5
+    assert build_parser().parse_args(["counting"]).learning_rate == 1e-3
+    args = build_parser().parse_args(["solve", "--alpha", "1", "2", "--omega", "0.3"])
+    assert args.alphas == [1.0, 2.0] and args.omegas == [0.3]
+    _, out, _ = run_cli(["counting", "--help"])
+    assert "--lr" not in out and "--learning-rate" in out
