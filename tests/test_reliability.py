@@ -256,8 +256,9 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
     (["train", "--alphas", "1", "1"], 2, "--alphas repeats 1"),
     (["train", "--inits", "semantic", "semantic"], 2, "--inits repeats semantic"),
     (["train", "--value-rank", "2"], 2, "--value-rank"),
-    (["train", "--d", "10000000"], 1, "--d"),
+    (["train", "--d", "10000000"], 1, "GiB available; shrink --d"),
     (["phase-diagram", "--n-alpha", "100000", "--n-omega", "1000"], 2, "--n-alpha"),
+    (["phase-diagram", "--n-alpha", "999999", "--n-omega", "1"], 1, "GiB available; shrink --n-alpha"),
     (["phase-diagram", "--alpha-min", "2", "--alpha-max", "1"], 2, "--alpha-max"),
     (["phase-diagram", "--tracks", "99"], 2, "--tracks"),
     (["random-init", "--replot"], 2, "--replot"),
@@ -288,6 +289,13 @@ def test_bad_inputs_after_parsing_are_one_line(argv, code, needle, tmp_path, run
 def test_bad_values_are_usage_errors_naming_the_flag(argv, flag, run_cli):
     code, _, err = run_cli(argv)
     assert code == 2 and f"argument {flag}" in err, err
+
+
+def test_train_students_refuses_a_run_that_cannot_fit_before_compiling():
+    from phasejax.empirics import TrainingGrid, train_students
+
+    with pytest.raises(ValueError, match=r"d=10000000.*GiB available"):
+        train_students(TrainingGrid(alphas=(2.5,), omegas=(0.3,), seeds=(0,), d=10**7))
 
 
 def test_debug_shows_the_traceback(run_cli):

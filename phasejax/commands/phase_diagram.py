@@ -63,15 +63,16 @@ MAX_POINTS = 10**6
 """The largest grid (`n_alpha * n_omega`) the command accepts: about 2 s a point and subspace on a CPU core."""
 
 
-ROW_BYTES = (2.5e8, 4e6)
-"""Memory of one compiled row (one omega, one subspace) of the default quadrature: about `ROW_BYTES[0] +
-ROW_BYTES[1] * n_alpha * tracks` bytes (XLA's memory analysis of the row program on a CPU)."""
+ROW_BYTES = 1.24e8
+"""Memory of one row program (one omega, one subspace, one track) per alpha, with the default quadrature: XLA's
+memory analysis of a compiled chunk on a CPU needs 0.25 GB at 2 alphas and 0.99 GB at 8, linear in the alphas
+(the quadrature error of every alpha's fixed point is evaluated side by side)."""
 
 
-def row_memory_estimate(n_alpha: int, n_tracks: int) -> float:
-    """Bytes one row program needs, about (`ROW_BYTES`); rows of a chunk run one after the other on a CPU and
-    side by side on an accelerator, so a chunk needs up to `chunk_size` times this."""
-    return ROW_BYTES[0] + ROW_BYTES[1] * n_alpha * n_tracks
+def row_memory_estimate(n_alpha: int, side_by_side: int = 1) -> float:
+    """Bytes of `side_by_side` row programs of `n_alpha` alphas, about (`ROW_BYTES`). A CPU runs the rows and
+    tracks of a chunk one after the other (1); an accelerator side by side (rows times tracks)."""
+    return ROW_BYTES * n_alpha * side_by_side
 
 
 def check_size(args, n_tracks: int) -> None:
@@ -83,12 +84,16 @@ def check_size(args, n_tracks: int) -> None:
     if points > MAX_POINTS:
         raise UsageError(f"{args.n_alpha} x {args.n_omega} = {points} points is beyond {MAX_POINTS} (at about "
                          f"2 s a point and subspace); shrink --n-alpha or --n-omega")
-    need = row_memory_estimate(args.n_alpha, n_tracks) * min(args.chunk_size, 2 * args.n_omega)
+    import jax
+
+    rows = min(args.chunk_size, 2 * args.n_omega)
+    side_by_side = 1 if jax.default_backend() == "cpu" else rows * n_tracks
+    need = row_memory_estimate(args.n_alpha, side_by_side)
     have = available_memory()
     if need > have:
-        raise RunError(f"a chunk of {args.chunk_size} rows of {args.n_alpha} alphas x {n_tracks} tracks needs about "
-                       f"{need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB available; shrink --n-alpha (or --chunk-size "
-                       "or --tracks)")
+        raise RunError(f"{side_by_side} row program{'s' if side_by_side > 1 else ''} of {args.n_alpha} alphas "
+                       f"need about {need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB available; shrink --n-alpha"
+                       + (" (or --chunk-size or --tracks)" if side_by_side > 1 else ""))
 
 
 def run(args) -> int:
