@@ -114,9 +114,14 @@ def test_the_same_configuration_reuses_its_folder_and_overwrite_replaces_the_mar
     assert guard_output(out, False, ident) == out                         # a re-run, a resumed run
     with pytest.raises(UsageError, match="differing: n"):
         guard_output(out, False, dict(ident, n=2))
+    os.makedirs(os.path.join(out, "run", "chunks"))
+    open(os.path.join(out, "run", "chunks", "chunk_00000.npz"), "w").close()
     guard_output(out, True, dict(ident, n=2))
     assert read_json(os.path.join(out, OUTPUT_MARKER))["identity"]["n"] == 2
     assert os.path.exists(os.path.join(out, "a.csv"))
+    # the replaced configuration's chunks are kept, out of the way of the new run's resume
+    assert not os.path.exists(os.path.join(out, "run"))
+    assert os.path.exists(os.path.join(out, "run.replaced", "chunks", "chunk_00000.npz"))
 
 
 @pytest.mark.parametrize("make_bad", ["file", "under_a_file"])

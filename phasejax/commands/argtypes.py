@@ -182,7 +182,8 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
     * `path` holding this `identity`'s marker: reused (a re-run, a resumed run);
     * anything else (another configuration's marker, or files without a marker, such as the committed
       `results/`): `UsageError` naming the folder, what differs, and `--out` / `--overwrite`; with `overwrite`
-      the marker is replaced and the command's files replace the old ones.
+      the marker is replaced, the command's files replace the old ones, and the old default run directory
+      `<path>/run` is renamed `<path>/run.replaced` (kept, but not resumed from).
     A path that is a file, or a folder that cannot be written, is a `UsageError` naming `flag`.
     """
     from phasejax.io import atomic_write_json, read_json
@@ -206,6 +207,8 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
     elif entries and not overwrite:
         raise UsageError(f"{flag} {path} already holds files this configuration did not write; pass another "
                          f"{flag} folder, or --overwrite to replace them")
+    if entries and os.path.isdir(os.path.join(path, "run")):
+        _set_aside(os.path.join(path, "run"))   # --overwrite: the old chunks stay, but not where this run resumes
     try:
         os.makedirs(path, exist_ok=True)
         atomic_write_json(marker, dict(identity=identity))
@@ -213,6 +216,19 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
         raise UsageError(f"cannot write to {flag} {path} ({e.strerror or e}); pass a writable {flag} folder") \
             from None
     return path
+
+
+def _set_aside(folder: str) -> str:
+    """Rename `folder` to `<folder>.replaced`, `<folder>.replaced-2`, ... (the first free name); returns it."""
+    import sys
+
+    k, target = 1, folder + ".replaced"
+    while os.path.exists(target):
+        k += 1
+        target = f"{folder}.replaced-{k}"
+    os.replace(folder, target)
+    print(f"phasejax: note: --overwrite: the chunks of the results replaced are kept in {target}", file=sys.stderr)
+    return target
 
 
 def guard_output_file(path: str, overwrite: bool, *, flag: str = "--out") -> str:
