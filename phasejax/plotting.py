@@ -24,8 +24,32 @@ def save_figure(fig: Figure, path: str, dpi: int = 130) -> str:
     return path
 
 
+def _replicon_overlay(ax, pd, a, w) -> None:
+    """Hatch the cells where the global minimum's replica-symmetric fixed point is unstable (replicon above 1 at
+    zero smoothing: `phasejax.theory.replicon.rs_stable`) and draw their boundary, the replicon line."""
+    stable = pd.table.get("rs_stable_global")
+    if stable is None:
+        return
+    s = np.asarray(stable, float)
+    if not np.any(np.isfinite(s)):
+        return
+    unstable = np.where(np.isfinite(s), 1.0 - s, np.nan)
+    W, A = np.meshgrid(w, a, indexing="ij")
+    ax.contourf(A, W, np.nan_to_num(unstable, nan=0.0), levels=[0.5, 1.5], colors="none", hatches=["////"])
+    if np.nanmin(unstable) < 0.5 < np.nanmax(unstable) and a.size > 1 and w.size > 1:
+        ax.contour(A, W, np.nan_to_num(unstable, nan=0.0), levels=[0.5], colors="m", linewidths=2.5)
+    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+
+    ax.add_artist(ax.legend(handles=[Patch(facecolor="none", hatch="////", edgecolor="k",
+                                           label="RS unstable at the global minimum (replicon > 1)"),
+                                     Line2D([], [], color="m", lw=2.5, label="replicon line (replicon = 1)")],
+                            loc="upper right", fontsize=7, framealpha=0.85))
+
+
 def plot_phase_map(pd, path: str) -> str:
-    """`(alpha, omega)` map of `Delta e_t = e_sem - e_pos` with `alpha_c`, `alpha_l` (error bars) and the spinodals.
+    """`(alpha, omega)` map of `Delta e_t = e_sem - e_pos` with `alpha_c`, `alpha_l` (error bars), the spinodals,
+    and the replicon line (where the global minimum's replica-symmetric fixed point turns unstable, hatched).
 
     The colour scale is symmetric-logarithmic around 0 (linear within the
     typical quadrature error), so the small `|Delta e_t|` of the positional
@@ -83,6 +107,7 @@ def plot_phase_map(pd, path: str) -> str:
         np.char.startswith(verdict["semantic"], "unresolved") | none
     if np.any(unresolved):
         ax.plot(A[unresolved], W[unresolved], "x", color="orange", label="unresolved: no converged fixed point")
+    _replicon_overlay(ax, pd, a, w)
     ax.set_xlabel(r"sample complexity $\alpha = n/d$")
     ax.set_ylabel(r"positional share of the target $\omega$")
     ax.set_xlim(a[0] - 0.5 * (a[1] - a[0]) if a.size > 1 else a[0] - 0.1,

@@ -43,6 +43,7 @@ from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.theory.census import CENSUS_SEEDS, census_seeds
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.params import TiedAttentionParams, validate_params
+from phasejax.theory.replicon import DEFAULT_TIE_WIDTH, REPLICON_STEPS, replicon_columns, rs_stable
 from phasejax.theory.results import result_columns
 from phasejax.theory.solver import SEConfig, map_points, resolve_scheme, solve_row_jit
 
@@ -130,7 +131,11 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
         def track(init):
             res = solve_row_jit(p, order, init, scheme, config.se)
             res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
-            return jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
+            cols = jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
+            # the replicon of every fixed point, once per point after the solve (phasejax.theory.replicon)
+            cols.update(map_points(lambda x: replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2]),
+                                   (res.overlaps, alphas, res.converged)))
+            return cols
 
         return map_points(track, track_inits)
 
@@ -338,6 +343,15 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
         n_fixed_points_positional=n_fixed[..., 0],
         n_fixed_points_semantic=n_fixed[..., 1],
     )
+    if "replicon" in points:      # the replicon of each branch and whether RS is stable there (zero smoothing)
+        for key in ("replicon", "replicon_regular", "replicon_jump"):
+            v = get(key)
+            table[f"{key}_positional"], table[f"{key}_semantic"] = v[..., 0], v[..., 1]
+        stable = np.asarray(rs_stable(get("replicon_regular"), get("replicon_jump"), get("replicon_regular_err"),
+                                       get("replicon_jump_err")))
+        stable = np.where(found, stable.astype(float), np.nan)
+        table["rs_stable_positional"], table["rs_stable_semantic"] = stable[..., 0], stable[..., 1]
+        table["rs_stable_global"] = pick(stable)
     verdicts, ends = branch_verdicts(grid, points)
     table["verdict_positional"], table["verdict_semantic"] = verdicts[..., 0], verdicts[..., 1]
     a = np.asarray(grid.alphas)
@@ -372,10 +386,15 @@ class PhaseDiagram:
     Attributes:
       grid: the `PhaseGrid`.
       points: one row per fixed point found (order `(omega, branch, track, alpha)`): the task columns,
-        `distinct`, `is_branch` and every column of `phasejax.theory.result_columns`.
+        `distinct`, `is_branch`, every column of `phasejax.theory.result_columns` and the replicon's
+        (`phasejax.theory.replicon.REPLICON_COLUMNS`: `replicon` at the reference smoothing with `replicon_err`,
+        `replicon_regular`, `replicon_jump` with errors, `two_minima`).
       table: per `(omega, alpha)`, arrays `(n_omega, n_alpha)`: both branches' `e_t`, test errors, gains,
         stabilities (with `_err` columns), `delta_e = e_sem - e_pos`, the global branch (0/1, -1: none),
-        its test error, `eps_lin`, the number of fixed points found per subspace, and each subspace's verdict
+        its test error, `eps_lin`, the number of fixed points found per subspace, each branch's replicon
+        (`replicon_<branch>`, its regular part and jump strength; `rs_stable_<branch>` and `rs_stable_global`:
+        1 where replica symmetry is locally stable at zero smoothing, `phasejax.theory.replicon.rs_stable`),
+        and each subspace's verdict
         (`verdict_positional`, `verdict_semantic`: converged, absent with where the branch collapses, or
         unresolved; `branch_verdicts`).
       thresholds: per `omega`: `alpha_c`, `alpha_l` with `_err` (95% half-widths) and `_status`
@@ -485,7 +504,8 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
                 C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
                 student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
                 seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
-                se_config=dataclasses.asdict(config.se))
+                se_config=dataclasses.asdict(config.se),
+                replicon=dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS))
 
 
 def _scheme_fields(scheme) -> dict:

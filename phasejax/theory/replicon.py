@@ -1,0 +1,248 @@
+"""The replicon (de Almeida-Thouless) eigenvalue of a replica-symmetric fixed point (theory notes, section 12).
+
+At an RS fixed point, a perturbation of the weights `dQ (d x r)` in a
+direction uncorrelated with the teacher, the positional encodings and the
+fixed point (the replicon direction: the two replicas of the replica method
+moving apart) has the Gram matrix `Delta = dQ^T dQ / d (r x r)`. It moves
+every sample's fields by `d omega_l = x_l dQ / sqrt(d)`, Gaussian with
+covariance `sigma_l^2 Delta` and independent across tokens, and `f` by
+`J d omega` with `J = d f / d omega (L r x L r)` the Jacobian of
+`f = V^{-1}(prox(omega) - omega)` (all blocks, cross-token ones included).
+The ridge denoiser maps the fresh part of that change back through
+`V0 = G^{-1}`. One round:
+
+    Delta' = R(Delta) = alpha V0 [ sum_{l, l'} sigma_l^2 sigma_l'^2 E( J_{l l'} Delta J_{l l'}^T ) ] V0
+
+a completely positive map on `r x r` matrices. Its spectral radius is the
+replicon eigenvalue; RS is locally stable (and GAMP's fixed point attracts
+undamped iterations in the replicon direction, at rate `sqrt(R)` per step)
+when it is below 1. For `L = r = 1`, `sigma = 1` it is the textbook
+`alpha E[(1 - d prox / d omega)^2] = alpha E[((1 - d prox / d omega)/V)^2] / (lambda + Vhat)^2`.
+
+Where a node's global minimiser jumps between two basins, `J` carries a
+delta function on the jump surface and `E[J (x) J]` its square: the
+replicon is infinite. It is computed at a finite smoothing `tie_width`
+(`tau`, an energy): the node's minima `k` are blended with weights
+`w_k = softmax(-M_k / tau)` (`phasejax.theory.tie_weights`), so
+
+    f = sum_k w_k f_k,   J = sum_k w_k J_k + (1 / tau) sum_k w_k (f_k - f)(f_k - f)^T
+
+(`d M_k / d omega = -f_k`, envelope theorem). As `tau -> 0` the second term
+tends to the delta, and `E[J (x) J]` grows like `1 / tau`:
+`R(tau) = R_regular + A / tau + O(1)`, with `R_regular` the replicon of the
+pointwise Jacobians (`tau = 0`: no jump term) and `A >= 0` the jump
+strength (`A = 0` where no node of the rule has two minima within reach).
+`replicon` returns both and the value at `tau`, each with its quadrature
+error from the scheme's replicas.
+
+Everything is vectorised over quadrature nodes and costs about one map
+evaluation: call it once per converged fixed point.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from phasejax.precision import float64_scope
+from phasejax.theory.fields import Overlaps, field_maps, gaussian_fields, split_node
+from phasejax.theory.params import TiedAttentionParams
+from phasejax.theory.prox import moreau_minimisers, tie_weights
+from phasejax.theory.results import spread_error
+from phasejax.theory.updates import closed_form_prox
+
+Array = jax.Array
+
+DEFAULT_TIE_WIDTH = 1e-3
+"""The reference smoothing of the `replicon` column (an energy; the `tie_width` of the smoothed SE rows)."""
+
+
+@struct.dataclass
+class RepliconResult:
+    """The replicon eigenvalue of one fixed point, with 95% quadrature half-widths (`_err`, NaN without replicas).
+
+    Attributes:
+      value: `()` the replicon at smoothing `tie_width` (the regular value where `tie_width = 0`).
+      regular: `()` the replicon of the pointwise Jacobians (no jump term): the `tie_width -> 0` limit where no
+        node's minimiser jumps.
+      jump: `()` `A = tie_width (value - regular)`, the coefficient of `1 / tie_width` (0 at `tie_width = 0`);
+        `> 0` means the replicon diverges as the smoothing goes to zero.
+      two_minima: `()` weight fraction of nodes with a second prox minimum within `20 tie_width` of the lowest.
+      prox_unconverged: `()` weight fraction of nodes whose lowest minimiser has gradient above `prox_tol`.
+      tie_width: `()` the smoothing used.
+    """
+
+    value: Array
+    regular: Array
+    jump: Array
+    two_minima: Array
+    prox_unconverged: Array
+    tie_width: Array
+    value_err: Array
+    regular_err: Array
+    jump_err: Array
+
+
+def replicon_operator(second_moment: Array, V0: Array, params: TiedAttentionParams) -> Array:
+    """The matrix `(r^2, r^2)` of `Delta -> R(Delta)` (row-major `vec`) from `second_moment (L, L, r^2, r^2)`,
+    the Gaussian average of `J_{l l'} (x) J_{l l'}` (Kronecker product of the Jacobian's blocks)."""
+    s2 = params.sigma**2
+    inner = jnp.einsum("l,m,lmab->ab", s2, s2, second_moment)
+    return params.alpha * jnp.kron(V0, V0) @ inner
+
+
+def spectral_radius(M: Array) -> Array:
+    """Largest modulus of the eigenvalues of a square matrix (closed form for `1 x 1`)."""
+    if M.shape == (1, 1):
+        return jnp.abs(M[0, 0])
+    return jnp.max(jnp.abs(jnp.linalg.eigvals(M)))
+
+
+def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie_width, *, warm: Array | None = None,
+                   n_steps: int = 30, prox_tol: float = 1e-8) -> tuple[Array, Array, Array, Array]:
+    """Per node `(N,)`: the Jacobian `d f / d omega (N, L r, L r)` of the hard selection, the smoothed one at
+    `tie_width` (equal where `tie_width = 0`), a flag for a second minimum within `20 tie_width`, and the lowest
+    minimiser's gradient norm.
+
+    Every node's proximal problem is solved from `omega`, `-omega` (the mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` with
+    `n_steps` damped Newton steps each; `J_k = V^{-1}(H_k^{-1} V^{-1} - I)` at every minimum `k` (implicit function
+    theorem, `H_k` the objective's Hessian there), the blend as in the module docstring.
+    """
+    L, r = params.L, params.r
+    n = L * r
+    maps = field_maps(ov, params)
+    V0_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))
+    V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]
+    Vb = jax.scipy.linalg.block_diag(*[V_inv[l] for l in range(L)])
+    objective, derivatives = closed_form_prox(params)
+    hess = (lambda h, th: derivatives(h, th)[2]) if derivatives is not None else jax.hessian(objective)
+    eye = jnp.eye(n, dtype=ov.q0.dtype)
+    tau = jnp.asarray(tie_width, ov.q0.dtype)
+
+    def node(z, h_warm):
+        xi, eta = split_node(z, params)
+        omega, hstar = gaussian_fields(maps, params, xi, eta)
+        theta = (omega, params.target(hstar, params), V_inv, params)
+        w = omega.reshape(-1)
+        starts = jnp.stack([w, -w] + ([] if h_warm is None else [h_warm]))
+        hs, values, gnorms = moreau_minimisers(objective, theta, starts, n_steps=n_steps, tol=prox_tol,
+                                               derivatives=derivatives)
+        hs, values, gnorms = jax.lax.stop_gradient((hs, values, gnorms))
+        best = jnp.argmin(values)
+        Js = jax.vmap(lambda h: Vb @ (jnp.linalg.solve(0.5 * (hess(h, theta) + hess(h, theta).T), Vb) - eye))(hs)
+        fk = (hs - w[None]) @ Vb.T                                         # (S, n): V^{-1}(h_k - omega)
+        counted = (gnorms <= prox_tol) | (jnp.arange(values.shape[0]) == best)
+        wts = tie_weights(jnp.where(counted, values, jnp.inf), jnp.maximum(tau, 1e-300), hs)
+        wts = jnp.where(tau > 0, wts, jax.nn.one_hot(best, values.shape[0], dtype=wts.dtype))
+        fbar = wts @ fk
+        dev = fk - fbar[None]
+        J_smooth = (jnp.einsum("k,kab->ab", wts, Js)
+                    + jnp.where(tau > 0, jnp.einsum("k,ka,kb->ab", wts, dev, dev) / jnp.maximum(tau, 1e-300), 0.0))
+        # a second distinct, converged minimum close in energy (the weights count one start per basin)
+        near = tie_weights(jnp.where(counted, values, jnp.inf), 20.0 * jnp.maximum(tau, 1e-12), hs)
+        two = jnp.sum(near > 1e-9) > 1
+        return Js[best], J_smooth, two, gnorms[best]
+
+    if warm is None:
+        return jax.vmap(lambda z: node(z, None))(points)
+    return jax.vmap(node)(points, warm)
+
+
+def _second_moments(J: Array, L: int, r: int) -> Array:
+    """Per node `J_{l l'} (x) J_{l l'}`: `(N, L, L, r^2, r^2)`."""
+    Jb = J.reshape(J.shape[0], L, r, L, r).transpose(0, 1, 3, 2, 4)          # (N, L, L, r, r)
+    return jnp.einsum("nlmac,nlmbd->nlmabcd", Jb, Jb).reshape(J.shape[0], L, L, r * r, r * r)
+
+
+def replicon_from_nodes(J: Array, weights: Array, ov: Overlaps, params: TiedAttentionParams) -> Array:
+    """The replicon eigenvalue from per-node Jacobians `J (N, L r, L r)` and quadrature `weights (N,)`."""
+    M = jnp.tensordot(weights, _second_moments(J, params.L, params.r), axes=1)
+    return spectral_radius(replicon_operator(M, ov.V0, params))
+
+
+def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: float = DEFAULT_TIE_WIDTH,
+             frame=None, n_steps: int = 30, prox_tol: float = 1e-8) -> RepliconResult:
+    """The replicon eigenvalue of the fixed point `ov` (module docstring), with errors from the scheme's replicas.
+
+    Args:
+      ov: the fixed point's overlaps (a converged SE solution; elsewhere the number has no meaning).
+      params: model parameters (`alpha`, `lam` included).
+      scheme: quadrature scheme (`SplitProductRule`, `SobolRule`, `FixedRule`; see `phasejax.theory.quadrature`).
+      tie_width: smoothing `tau >= 0` of the jump term (an energy); `0`: the regular part only.
+      frame: the scheme's orientation (default: computed at `ov`).
+      n_steps: damped Newton steps per start of every node's prox (cold starts `omega`, `-omega`).
+      prox_tol: gradient tolerance for a prox minimum to count.
+    Jittable and vmappable over `ov` and `params` (with a static `scheme`); runs in float64.
+    """
+    if not (isinstance(tie_width, (int, float)) and tie_width >= 0):
+        raise ValueError(f"tie_width must be a number >= 0, got {tie_width!r}")
+    with float64_scope():
+        ov = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), ov)
+        frame = scheme.frame(ov, params) if frame is None else frame
+        rule = scheme.main(ov, params, frame)
+        n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+        if n_rep >= 2:
+            quad_all, W = scheme.replicas(ov, params, frame)
+            shares = bool(scheme.shares_main_nodes)
+            if shares:
+                points, w_main, W_rep = quad_all.points, quad_all.weights, W
+            else:
+                N = rule.points.shape[0]
+                points = jnp.concatenate([rule.points, quad_all.points])
+                w_main = jnp.concatenate([rule.weights, jnp.zeros(quad_all.points.shape[0], rule.weights.dtype)])
+                W_rep = jnp.concatenate([jnp.zeros((W.shape[0], N), W.dtype), W], axis=1)
+        else:
+            points, w_main, W_rep = rule.points, rule.weights, None
+        J_reg, J_tau, two, gnorm = node_jacobians(ov, params, points, tie_width, n_steps=n_steps, prox_tol=prox_tol)
+        tau = jnp.asarray(tie_width, jnp.float64)
+
+        def evaluate(w):
+            reg = replicon_from_nodes(J_reg, w, ov, params)
+            val = replicon_from_nodes(J_tau, w, ov, params) if tie_width > 0 else reg
+            return val, reg, tau * (val - reg)
+
+        val, reg, jump = evaluate(w_main)
+        nan = jnp.full((), jnp.nan)
+        errs = (nan, nan, nan)
+        if W_rep is not None:
+            reps = jax.vmap(evaluate)(W_rep)
+            errs = tuple(spread_error(m, k, main_is_mean=shares) for m, k in zip((val, reg, jump), reps))
+        return RepliconResult(value=val, regular=reg, jump=jump, two_minima=w_main @ two.astype(jnp.float64),
+                              prox_unconverged=w_main @ (gnorm > prox_tol).astype(jnp.float64), tie_width=tau,
+                              value_err=errs[0], regular_err=errs[1], jump_err=errs[2])
+
+
+JUMP_TOL = 1e-7
+"""A jump strength `A` counts as a jump (the replicon diverges as the smoothing goes to zero) when it is above
+this and above its own 95% error: at the reference smoothing `1e-3` such an `A` adds `1e-4` to the replicon; where
+no node has two minima `A` is below `1e-10`."""
+
+REPLICON_STEPS = 16
+"""Damped Newton steps per cold start of every node's prox in `replicon_columns`."""
+
+
+def rs_stable(regular, jump, regular_err=0.0, jump_err=0.0):
+    """Where the replica-symmetric fixed point is locally stable in the limit of zero smoothing: the regular
+    replicon below 1 by more than its error, and no jump term (`jump` not above `max(JUMP_TOL, jump_err)`).
+    NaN values give `False`; NaN errors count as 0."""
+    regular, jump = jnp.asarray(regular), jnp.asarray(jump)
+    r_err = jnp.nan_to_num(jnp.asarray(regular_err), nan=0.0)
+    j_err = jnp.nan_to_num(jnp.asarray(jump_err), nan=0.0)
+    no_jump = jump <= jnp.maximum(JUMP_TOL, j_err)
+    return (regular + r_err < 1.0) & no_jump
+
+
+REPLICON_COLUMNS = ("replicon", "replicon_err", "replicon_regular", "replicon_regular_err", "replicon_jump",
+                    "replicon_jump_err", "two_minima")
+
+
+def replicon_columns(ov: Overlaps, params: TiedAttentionParams, scheme, converged,
+                     tie_width: float = DEFAULT_TIE_WIDTH, n_steps: int = REPLICON_STEPS) -> dict:
+    """`REPLICON_COLUMNS` of one fixed point (NaN where not `converged`): `replicon` at `tie_width` with its
+    error, the regular part and the jump strength with theirs, the weight fraction of nodes with two minima."""
+    r = replicon(ov, params, scheme, tie_width=tie_width, n_steps=n_steps)
+    vals = dict(replicon=r.value, replicon_err=r.value_err, replicon_regular=r.regular,
+                replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
+                two_minima=r.two_minima)
+    return {k: jnp.where(converged, v, jnp.nan) for k, v in vals.items()}

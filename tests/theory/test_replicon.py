@@ -1,0 +1,127 @@
+"""The replicon eigenvalue (phasejax.theory.replicon) against closed forms and its smoothing limit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax import float64_scope
+from phasejax.theory import Overlaps, SobolRule, gauss_hermite, make_params
+from phasejax.theory.quadrature import FixedRule
+from phasejax.theory.replicon import replicon, rs_stable, spectral_radius
+
+
+def linear_output(h, params):
+    """A linear 'student' `S(h) = [[h]]` (`L = r = 1`): the loss is `sigma^2 (y - h)^2 / 2`, ridge regression."""
+    return h[:1, :1]
+
+
+def identity_target(hstar, params):
+    return hstar[:1, :1]
+
+
+def ridge_fixed_point_V0(alpha, sigma, lam):
+    """`V0` of ridge regression on `y = h*` with the loss `sigma^2 (y - h)^2 / 2` per sample, in closed form:
+    `V0 = 1 / (lam + alpha sigma^4 / (1 + sigma^4 V0))` is a quadratic in `V0` (its positive root)."""
+    s4 = sigma**4
+    # lam s4 V0^2 + (lam + alpha s4 - s4) V0 - 1 = 0
+    a, b, c = lam * s4, lam + alpha * s4 - s4, -1.0
+    return (-b + np.sqrt(b * b - 4 * a * c)) / (2 * a)
+
+
+@pytest.mark.parametrize("alpha,lam", [(0.5, 0.1), (2.0, 0.01), (3.0, 1.0)])
+def test_ridge_regression_closed_form(alpha, lam):
+    """`L = r = t = 1`, linear output: `d prox / d omega = 1 / (1 + sigma^2 V)`, so the textbook replicon
+    `alpha E[(1 - d prox / d omega)^2]` is `alpha (sigma^2 V / (1 + sigma^2 V))^2`, below 1 (convex loss)."""
+    sigma = 0.7
+    params = make_params(alpha, 0.0, sigma=sigma, lam=lam, A=np.eye(1), target=identity_target,
+                         student=linear_output)
+    V0 = ridge_fixed_point_V0(alpha, sigma, lam)
+    V = sigma**2 * V0
+    expected = alpha * (sigma**2 * V / (1 + sigma**2 * V)) ** 2
+    with float64_scope():
+        ov = Overlaps(q0=jnp.array([[0.3]]), m=jnp.zeros((1, 1)), V0=jnp.array([[V0]]), theta0=jnp.array([[0.2]]))
+        res = replicon(ov, params, FixedRule(gauss_hermite(2, 4)), tie_width=0.0)
+    assert float(res.value) == pytest.approx(expected, rel=1e-9)
+    assert float(res.regular) == pytest.approx(expected, rel=1e-9)
+    assert float(res.jump) == 0.0
+    assert expected < 1.0
+
+
+def coupled_linear_student(h, params):
+    """A linear `S(h)` (`L = 2`, `r = 2`) whose entries mix both tokens' fields: cross-token Jacobian blocks."""
+    a = jnp.array([[1.0, -0.5], [0.3, 0.8]])
+    return jnp.stack([h[0] @ a[0] + 0.4 * h[1] @ a[1], 0.2 * h[0] @ a[1] - h[1] @ a[0]])[:, None] * \
+        jnp.array([[1.0, 0.5]])
+
+
+def test_matrix_replicon_closed_form():
+    """General `L = 2`, `r = 2`, a quadratic loss: `J = V^{-1}((V^{-1} + K)^{-1} V^{-1} - I)` is constant (`K` the
+    loss Hessian); the replicon is the spectral radius of `Delta -> alpha V0 sum sigma_l^2 sigma_l'^2 J_ll' Delta
+    J_ll'^T V0`, built here entry by entry with numpy."""
+    sig = np.array([0.5, 0.8])
+    params = make_params(1.3, 0.2, sigma=sig, lam=0.05, A=np.eye(2), r=2, t=1, student=coupled_linear_student)
+    V0 = np.array([[3.0, 0.7], [0.7, 2.0]])
+    with float64_scope():
+        ov = Overlaps(q0=jnp.array([[0.4, 0.1], [0.1, 0.3]]), m=jnp.zeros((1, 2)), V0=jnp.asarray(V0),
+                      theta0=jnp.array([[0.2, 0.1]]))
+        res = replicon(ov, params, FixedRule(gauss_hermite(6, 2)), tie_width=0.0)
+        T = jnp.zeros((2, 2))
+        K = np.asarray(jax.hessian(lambda hf: 0.5 * jnp.sum((T - coupled_linear_student(hf.reshape(2, 2), params)) ** 2
+                                                            * jnp.asarray(sig**2)[None, :]))(jnp.zeros(4)))
+    Vinv = np.zeros((4, 4))
+    for l in range(2):
+        Vinv[2 * l:2 * l + 2, 2 * l:2 * l + 2] = np.linalg.inv(sig[l] ** 2 * V0)
+    J = Vinv @ (np.linalg.solve(Vinv + K, Vinv) - np.eye(4))
+    M = np.zeros((4, 4))
+    for i in range(2):
+        for j in range(2):
+            E = np.zeros((2, 2))
+            E[i, j] = 1.0
+            out = np.zeros((2, 2))
+            for l in range(2):
+                for lp in range(2):
+                    B = J[2 * l:2 * l + 2, 2 * lp:2 * lp + 2]
+                    out += sig[l] ** 2 * sig[lp] ** 2 * B @ E @ B.T
+            M[:, 2 * i + j] = (1.3 * V0 @ out @ V0).ravel()
+    assert np.abs(J[:2, 2:]).max() > 0.01              # the cross-token blocks matter
+    assert float(res.value) == pytest.approx(np.max(np.abs(np.linalg.eigvals(M))), rel=1e-8)
+
+
+def test_spectral_radius_and_rs_stable():
+    with float64_scope():
+        assert float(spectral_radius(jnp.array([[0.0, 2.0], [0.5, 0.0]]))) == pytest.approx(1.0)
+        assert float(spectral_radius(jnp.array([[-0.3]]))) == pytest.approx(0.3)
+    assert bool(rs_stable(0.5, 0.0)) and not bool(rs_stable(0.5, 1e-4)) and not bool(rs_stable(1.2, 0.0))
+    assert not bool(rs_stable(0.95, 0.0, 0.1)) and not bool(rs_stable(np.nan, 0.0))
+    assert bool(rs_stable(0.5, 1e-6, 0.0, 2e-6))              # a jump strength within its error is no jump
+
+
+def test_invalid_tie_width():
+    params = make_params(1.0, 0.3)
+    ov = Overlaps(q0=jnp.array([[0.1]]), m=jnp.zeros((1, 1)), V0=jnp.array([[10.0]]), theta0=jnp.zeros((1, 1)))
+    with pytest.raises(ValueError, match="tie_width"):
+        replicon(ov, params, SobolRule.create(4, 6, 2), tie_width=-1.0)
+
+
+@pytest.mark.slow
+def test_jump_term_scales_like_one_over_tie_width():
+    """Where the prox has two minima (positional branch, lambda = 0.01) the replicon grows like `1 / tau` as the
+    smoothing `tau -> 0`: `tau (R(tau) - R_regular)` stays of one order while `R(tau)` grows tenfold per decade;
+    where no node has two minima (semantic branch) it does not move."""
+    from phasejax.theory import solve_state_evolution, default_scheme
+
+    vals = {}
+    for branch, alpha in (("positional", 1.5), ("semantic", 2.0)):
+        p = make_params(alpha, 0.3)
+        res = solve_state_evolution(p, branch)
+        assert bool(res.converged)
+        with float64_scope():
+            vals[branch] = [replicon(res.overlaps, p, default_scheme(p), tie_width=t) for t in (1e-2, 1e-3, 1e-4)]
+    pos = vals["positional"]
+    assert all(float(r.jump) > 3 * float(r.jump_err) for r in pos[1:])
+    assert float(pos[2].value) > 5 * float(pos[1].value) > 2 * float(pos[0].value)
+    assert 0.2 < float(pos[2].jump) / float(pos[1].jump) < 5
+    sem = vals["semantic"]
+    assert all(abs(float(r.value) - float(sem[0].regular)) < 1e-6 for r in sem)
+    assert float(sem[0].regular) < 1
