@@ -385,3 +385,33 @@ def test_read_json_names_the_file(tmp_path):
     path.write_text(json.dumps([1]))
     with pytest.raises(ValueError, match="must hold a JSON object"):
         read_json(str(path), kind=dict)
+
+
+@pytest.mark.parametrize("tasks,fn,needle", [
+    (dict(alpha=np.ones((3, 2))), _fn, "shape (3,)"),
+    (dict(alpha=np.ones(3), k=np.arange(4)), _fn, "task column 'k'"),
+    (dict(alpha=np.ones(0), k=np.arange(0)), _fn, "empty"),
+    ({}, _fn, "at least one column"),
+    (TASKS, lambda c: dict(total=jnp.sum(jnp.asarray(c["alpha"]))), "leading axis"),
+])
+def test_run_chunked_refuses_bad_tables_and_batch_functions(tmp_path, tasks, fn, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        run_chunked(fn, tasks, CONFIG, opts(tmp_path, chunk_size=4))
+
+
+@pytest.mark.slow
+def test_a_swapped_chunk_of_a_command_is_recomputed_and_the_csv_is_unchanged(tmp_path, run_cli):
+    """End to end: `train` over four runs in two chunks; chunk 1 replaced by a copy of chunk 0; the re-run
+    names the chunk, recomputes it, and writes the same runs.csv."""
+    argv = ["train", "--d", "6", "--alphas", "0.5", "1", "--omegas", "0.3", "--seeds", "2", "--inits", "semantic",
+            "--optimizer", "gd", "--max-steps", "5", "--n-test", "8", "--chunk-size", "2", "--no-progress",
+            "--out", str(tmp_path / "out")]
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    runs = (tmp_path / "out" / "runs.csv").read_text()
+    chunks = tmp_path / "out" / "run" / "chunks"
+    shutil.copy(chunks / "chunk_00000.npz", chunks / "chunk_00001.npz")
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    assert str(chunks / "chunk_00001.npz") in err and "is chunk 0 of this run, not chunk 1" in err
+    assert (tmp_path / "out" / "runs.csv").read_text() == runs
