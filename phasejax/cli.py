@@ -25,10 +25,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     switches."""
 
     def _get_help_string(self, action):
-        text = action.help or ""
-        if any(k in text for k in ("(default", "default:", "%(default)", "(None:")) or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        text = (action.help or "").strip()
+        if not shows_default(action) or any(k in text for k in ("(default", "default:", "%(default)", "(None:")):
             return text
         return (text + " (default: %(default)s)").strip()
+
+
+def shows_default(action) -> bool:
+    """Whether `--help` states `action`'s default: flags with a value (not switches, not defaults of None)."""
+    return bool(action.option_strings) and action.default is not None and action.default is not False \
+        and action.default is not argparse.SUPPRESS and action.nargs != 0
 
 
 def command_modules() -> dict:
@@ -59,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         mod.add_arguments(p)
         p.add_argument("--debug", action="store_true", help="on an error, print the traceback too")
         for action in p._actions:      # every flag with a default shows it, also one without a help text
-            if action.help is None and action.option_strings:
-                action.help = ""
+            if action.help is None and shows_default(action):
+                action.help = "(default: %(default)s)"
         p.set_defaults(_run=mod.run)
     return parser
 

@@ -317,6 +317,9 @@ def test_help_texts_show_each_default_once(run_cli):
         assert re.search(r"default[^()]*\)\s*\(default:", flat) is None, name        # never twice
     _, out, _ = run_cli(["solve", "--help"])
     assert "(default: semantic)" in " ".join(out.split())                # no hidden default
+    _, out, _ = run_cli(["phase-diagram", "--help"])
+    flat = " ".join(out.split())
+    assert "--sigma SIGMA (default: 0.5)" in flat and "--n-alpha N_ALPHA (default: 23)" in flat   # no help text
 
 
 # ----------------------------------------------------------------------------
