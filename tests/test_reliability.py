@@ -268,6 +268,9 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
     (["phase-diagram", "--tracks", "99"], 2, "--tracks"),
     (["random-init", "--replot"], 2, "--replot"),
     (["counting", "--configs", "dot", "dot"], 2, "--configs"),
+    (["counting", "--ds", "4", "4"], 2, "--ds repeats 4"),
+    (["scaling", "--ds", "10", "20", "10"], 2, "--ds repeats 10"),
+    (["markov", "--ps", "0.2", "0.2"], 2, "--ps repeats 0.2"),
     (["train", "--process-index", "3", "--process-count", "2"], 2, "--process-index"),
 ])
 def test_bad_inputs_after_parsing_are_one_line(argv, code, needle, tmp_path, run_cli):

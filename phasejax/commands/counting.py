@@ -32,6 +32,7 @@ from phasejax.commands.argtypes import (
     output_identity,
     positive_float,
     positive_int,
+    refuse_duplicates,
     run_options_from,
 )
 from phasejax.commands.experiment_flags import (
@@ -137,6 +138,8 @@ def run(args) -> int:
     guard_output(args.out, args.overwrite, output_identity(args))
     preset = PRESETS[args.preset]
     ds, ps = pick(args, "ds", preset), pick(args, "ps", preset)
+    refuse_duplicates(ds, "--ds")
+    refuse_duplicates(ps, "--ps")
     seeds, steps, batch = pick(args, "seeds", preset), pick(args, "steps", preset), pick(args, "batch_size", preset)
     names = args.configs or list(COUNTING_CONFIGS)
     if len(set(names)) != len(names):

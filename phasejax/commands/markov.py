@@ -36,6 +36,7 @@ from phasejax.commands.argtypes import (
     open_unit_interval,
     positive_float,
     positive_int,
+    refuse_duplicates,
     run_options_from,
 )
 
@@ -131,6 +132,8 @@ def run(args) -> int:
         schedule=args.schedule, grad_clip=args.grad_clip, n_eval=args.n_eval,
         n_curve=min(25, args.steps or preset["steps"]))
     tied = {"both": (1, 0), "tied": (1,), "untied": (0,)}[args.tied]
+    refuse_duplicates(args.ps or preset["ps"], "--ps")
+    refuse_duplicates(args.qs or preset["qs"], "--qs")
     grid = MarkovGrid(ps=tuple(args.ps or preset["ps"]), qs=tuple(args.qs or preset["qs"]), tied=tied,
                       seeds=tuple(range(args.seeds or preset["seeds"])))
     args.chunk_size = args.chunk_size or preset["chunk_size"]

@@ -24,6 +24,7 @@ from phasejax.commands.argtypes import (
     default_out,
     positive_float,
     positive_int,
+    refuse_duplicates,
     run_options_from,
     unit_interval,
 )
@@ -113,7 +114,8 @@ def run(args) -> int:
         print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
         return 0
     preset = PRESETS[args.preset]
-    ds, seeds = sorted(set(pick(args, "ds", preset))), pick(args, "seeds", preset)
+    refuse_duplicates(pick(args, "ds", preset), "--ds")
+    ds, seeds = sorted(pick(args, "ds", preset)), pick(args, "seeds", preset)
     for d in ds:
         try:
             sample_count(args.alpha, d)
