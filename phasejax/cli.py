@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         use_compilation_cache()
     args = build_parser().parse_args(argv)
     try:
-        if getattr(args, "_guard_output", False) and not getattr(args, "replot", False):
+        if getattr(args, "_guard_output", False) and not getattr(args, "replot", False) and args.out is not None:
             from phasejax.commands.argtypes import guard_output, output_identity
 
             guard_output(args.out, args.overwrite, output_identity(args))
