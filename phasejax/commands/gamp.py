@@ -2,7 +2,7 @@
 
     phasejax gamp                         # CPU preset: d = 100, 200, 400; 4 seeds; 80 iterations; float64
     phasejax gamp --preset gpu            # d = 250 ... 2000; 10 seeds; 200 iterations (not run: no GPU here)
-    phasejax gamp --replot                # redraw gamp.png and summary.json from <out>/*.csv
+    phasejax gamp --replot                # redraw gamp.png, summary.json and the verdict columns from <out>/*.csv
 
 At alpha, omega (default the paper's check point 2, 0.3; lambda = 0.01) GAMP
 (`phasejax.empirics.gamp`) runs from a positional-side and a semantic-side
@@ -11,10 +11,12 @@ and once with the across-sample Stein one (one vmapped, chunked, resumable
 sweep per (d, Onsager form)). Compared with the converged SE fixed point of
 each branch (`phasejax.theory.solve_state_evolution`, cached in
 `<out>/se_reference.json`). Writes --out (default results/gamp/):
-fixed_points.csv (per run: status, iterations, final and tail-averaged
-overlaps, tail residual, basin-flip fraction and share), trajectories.csv
+fixed_points.csv (per run: status, the verdict converged / unstable /
+diverged with the measured instability, iterations, final and tail-averaged
+overlaps, tail residual, basin-flip fraction and share, the SE branch's
+replicon at that point), trajectories.csv
 (per run and iteration), gamp_config.json, se_reference.json, summary.json
-(convergence counts, gaps vs d with standard errors and fitted exponents,
+(verdicts and convergence counts, the replicons, gaps vs d with standard errors and fitted exponents,
 the chattering statistics) and gamp.png.
 """
 
@@ -71,6 +73,11 @@ def se_references(params, path: str) -> dict:
     if os.path.exists(path):
         cached = read_json(path)
         if cached.get("params") == key:
+            if all("replicon" in cached.get(b, {}) for b in ("positional", "semantic")):
+                return cached
+            for branch in ("positional", "semantic"):     # a reference written before the replicon: add it
+                cached[branch].update(branch_replicon(params, cached[branch]))
+            atomic_write_json(path, cached)
             return cached
     import phasejax
     from phasejax.theory import solve_state_evolution
@@ -83,7 +90,33 @@ def se_references(params, path: str) -> dict:
                            for k in ("q", "m", "theta", "V", "q_err", "m_err", "theta_err", "train_loss",
                                      "test_error", "stability", "subspace_gain")}
             out[branch]["status"] = res.status_name
+            out[branch].update(branch_replicon(params, out[branch]))
     atomic_write_json(path, out)
+    return out
+
+
+def branch_replicon(params, ref: dict) -> dict:
+    """The replicon of an SE reference entry (`phasejax.theory.replicon`, `r = t = K = 1`, overlaps from the
+    per-token `q, m, V, theta`): `replicon` at the reference smoothing with its error, its regular part, the jump
+    strength and whether RS is stable at zero smoothing (`rs_stable`)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import phasejax
+    from phasejax.theory import Overlaps, default_scheme
+    from phasejax.theory.replicon import replicon, rs_stable
+
+    s2 = float(np.asarray(params.sigma)[0]) ** 2
+    with phasejax.float64_scope():
+        ov = Overlaps(q0=jnp.array([[ref["q"] / s2]]), m=jnp.array([[ref["m"]]]), V0=jnp.array([[ref["V"] / s2]]),
+                      theta0=jnp.array([[ref["theta"] / s2]]))
+        r = replicon(ov, params, default_scheme(params))
+        out = dict(replicon=r.value, replicon_err=r.value_err, replicon_regular=r.regular,
+                   replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
+                   replicon_tie_width=r.tie_width, two_minima=r.two_minima)
+        out = {k: float(v) for k, v in out.items()}
+        out["rs_stable"] = bool(rs_stable(out["replicon_regular"], out["replicon_jump"], out["replicon_regular_err"],
+                                          out["replicon_jump_err"]))
     return out
 
 
@@ -92,8 +125,15 @@ def summarize(sweep, se: dict) -> dict:
     import numpy as np
 
     c = sweep.columns
-    out = dict(counts={}, critical_points={}, gaps={}, exponents={}, chattering={},
-               notes=dict(counts="[runs meeting the stopping criterion (relative change < tol), runs]",
+    out = dict(verdicts={}, counts={}, critical_points={}, gaps={}, exponents={}, chattering={},
+               replicon={b: {k: se[b].get(k) for k in ("replicon", "replicon_err", "replicon_regular",
+                                                        "replicon_regular_err", "replicon_jump", "replicon_jump_err",
+                                                        "rs_stable")} for b in ("positional", "semantic")},
+               notes=dict(verdicts="runs per verdict: converged (stopping criterion or a critical point of R), "
+                                   "unstable (neither converged nor diverged: chatters), diverged",
+                          replicon="the SE branch's replicon at this point (phasejax.theory.replicon): at the "
+                                   "reference smoothing, its regular part, the jump strength; rs_stable: replicon "
+                                   "below 1 at zero smoothing",counts="[runs meeting the stopping criterion (relative change < tol), runs]",
                           critical_points="[runs ending at a critical point of R (relative gradient < 1e-6), runs]",
                           gaps="relative RMS gap of the tail-averaged (q, m) (positional) or (q, |theta|) "
                                "(semantic) to the SE; mean and standard error over seeds",
@@ -105,6 +145,8 @@ def summarize(sweep, se: dict) -> dict:
             rows = (c["onsager"] == onsager) & (c["branch"] == branch)
             key = f"{onsager}/{branch}"
             dims = sorted(set(c["d"][rows].tolist()))
+            out["verdicts"][key] = {str(d): {v: int(np.sum((c["verdict"] == v) & rows & (c["d"] == d)))
+                                             for v in ("converged", "unstable", "diverged")} for d in dims}
             out["counts"][key] = {str(d): [int(np.sum((c["status"] == "converged") & rows & (c["d"] == d))),
                                            int(np.sum(rows & (c["d"] == d)))] for d in dims}
             out["critical_points"][key] = {str(d): [int(np.sum((c["grad_norm"] < 1e-6) & rows & (c["d"] == d))),
@@ -223,24 +265,30 @@ def run(args) -> int:
     params = make_params(args.alpha, args.omega, lam=args.lam)
     if args.replot:
         sweep = GAMPSweep.load(args.out)
-        paths = []
+        params = make_params(sweep.config["alpha"], sweep.config["omega"], lam=sweep.config["lam"])
     else:
         onsagers = ("stein", "pointwise") if args.onsager == "both" else (args.onsager,)
         sweep = gamp_sweep(params, pick(args, "dims", preset), np.arange(pick(args, "seeds", preset)),
                            onsagers=onsagers, max_iter=pick(args, "max_iter", preset), tail=args.tail,
                            dtype=dtype_from(args), options=run_options_from(args, args.out))
-        paths = sweep.write(args.out)
     se_path = os.path.join(args.out, "se_reference.json")
     se = se_references(params, se_path)
+    # per run: converged / unstable / diverged, the measured instability and the SE branch's replicon there
+    sweep = sweep.with_verdicts({b: se[b] for b in ("positional", "semantic")})
+    paths = sweep.write(args.out)
     summary = summarize(sweep, se)
     summary.update(se_reference=se, config=sweep.config, environment=environment(),
                    runtime_s=time.perf_counter() - t0)
     paths += [se_path, atomic_write_json(os.path.join(args.out, "summary.json"), summary),
               plot(sweep, se, summary, os.path.join(args.out, "gamp.png"))]
-    for key, counts in summary["counts"].items():
-        crit = summary["critical_points"][key]
-        print(f"{key:22s} converged: " + ", ".join(f"d={d}: {k}/{n}" for d, (k, n) in counts.items())
-              + "; at a critical point of R: " + ", ".join(f"d={d}: {k}/{n}" for d, (k, n) in crit.items()))
+    for key, counts in summary["verdicts"].items():
+        b = key.split("/")[1]
+        rep = se[b]
+        print(f"{key:22s} " + "; ".join(f"d={d}: " + ", ".join(f"{v} {k}" for v, k in cnt.items() if k)
+                                        for d, cnt in counts.items())
+              + f" | SE replicon {rep['replicon']:.3g} +- {rep['replicon_err']:.2g} (regular "
+                f"{rep['replicon_regular']:.3g}, jump {rep['replicon_jump']:.2g}): RS "
+              + ("stable" if rep["rs_stable"] else "unstable"))
     print_paths(paths)
     del jnp
     return 0

@@ -442,7 +442,9 @@ class GAMPSweep:
     """Result of `gamp_sweep`: one row per run (`d`, `onsager`, `branch`, `seed`).
 
     Attributes (numpy, leading axis = runs) in `columns`: d, seed (int); branch, onsager, status (str);
-      iterations (int); grad_norm, C (float); q, m, theta (final per-token overlaps
+      verdict (str: converged / unstable / diverged, `run_verdicts`) and instability (the tail residual);
+      replicon, replicon_err, replicon_regular, replicon_jump (the SE branch's replicon at the sweep's point,
+      `phasejax.theory.replicon`; set by `with_verdicts`, NaN until then); iterations (int); grad_norm, C (float); q, m, theta (final per-token overlaps
       `sigma_1^2 q0`, `m`, `sigma_1^2 theta0`); histories `q_hist, m_hist, theta_hist (runs, T + 1)`,
       `residual, flip_fraction, flip_share (runs, T)` in `histories`; `config` (dict: alpha, omega, lam, C0,
       max_iter, tol, ...). Runs are ordered by `d`, then `onsager`, then `branch`, then `seed`.
@@ -452,9 +454,12 @@ class GAMPSweep:
     histories: dict
     config: dict = struct.field(pytree_node=False)
 
-    FINAL = ("d", "onsager", "branch", "seed", "damping", "status", "iterations", "grad_norm", "C", "q", "m", "theta",
-             "q_tail_mean", "m_tail_mean", "theta_tail_mean", "residual_tail", "flip_fraction_tail",
-             "flip_share_tail")
+    FINAL = ("d", "onsager", "branch", "seed", "damping", "status", "verdict", "instability", "iterations",
+             "grad_norm", "C", "q", "m", "theta", "q_tail_mean", "m_tail_mean", "theta_tail_mean", "residual_tail",
+             "flip_fraction_tail", "flip_share_tail", "replicon", "replicon_err", "replicon_regular", "replicon_jump")
+
+    DERIVED = ("verdict", "instability", "replicon", "replicon_err", "replicon_regular", "replicon_jump")
+    """Columns computed from the others and the SE reference (`with_verdicts`); absent from older files."""
 
     HISTORY = ("q_hist", "m_hist", "theta_hist", "residual", "flip_fraction", "flip_share")
 
@@ -490,8 +495,37 @@ class GAMPSweep:
         hist = {k: np.asarray(traj[k[:-5]], np.float64).reshape(runs, T1) for k in ("q_hist", "m_hist", "theta_hist")}
         for k in ("residual", "flip_fraction", "flip_share"):
             hist[k] = np.asarray(traj[k], np.float64).reshape(runs, T1)[:, 1:]
-        return cls(columns={k: np.asarray(cols[k]) for k in cls.FINAL}, histories=hist,
-                   config=read_json(os.path.join(out_dir, "gamp_config.json")))
+        runs_nan = np.full(runs, np.nan)
+        columns = {k: np.asarray(cols[k]) if k in cols else runs_nan for k in cls.FINAL}
+        sweep = cls(columns=columns, histories=hist, config=read_json(os.path.join(out_dir, "gamp_config.json")))
+        return sweep if "verdict" in cols else sweep.with_verdicts()
+
+    def with_verdicts(self, replicon: dict | None = None) -> "GAMPSweep":
+        """A copy with the per-run `verdict` and `instability` (`run_verdicts`) and, from `replicon`
+        (`{branch: {"replicon": ..., "replicon_err": ..., "replicon_regular": ..., "replicon_jump": ...}}`, the
+        SE branch's values at the sweep's point), the replicon columns (NaN where not given)."""
+        c = dict(self.columns)
+        c["verdict"], c["instability"] = run_verdicts(c["status"], c["grad_norm"], c["residual_tail"])
+        for k in ("replicon", "replicon_err", "replicon_regular", "replicon_jump"):
+            c[k] = np.asarray([float((replicon or {}).get(str(b), {}).get(k, np.nan)) for b in c["branch"]])
+        return self.replace(columns=c)
+
+
+CRITICAL_GRAD = 1e-6
+"""A run whose final relative gradient of `R` is below this ended at a critical point of `R`."""
+
+
+def run_verdicts(status, grad_norm, residual_tail) -> tuple[np.ndarray, np.ndarray]:
+    """Per run: `"converged"` (the stopping criterion met, or a critical point of `R`: relative gradient below
+    `CRITICAL_GRAD`), `"diverged"` (status `diverged`: non-finite or exploding iterates), else `"unstable"`
+    (GAMP neither converged nor diverged: it moves around its fixed point at every iteration); and the measured
+    instability, the tail-averaged relative change of `Q` per iteration (`residual_tail`; tiny for a converged
+    run, O(0.1-1) for a chattering one)."""
+    status = np.asarray(status).astype(str)
+    grad = np.asarray(grad_norm, float)
+    conv = (status == "converged") | (np.isfinite(grad) & (grad < CRITICAL_GRAD))
+    verdict = np.where(status == "diverged", "diverged", np.where(conv, "converged", "unstable"))
+    return verdict, np.asarray(residual_tail, float)
 
 
 def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positional", "semantic"),
@@ -589,5 +623,6 @@ def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positiona
                   prox_starts=prox_starts, dtype=str(np.dtype(dtype)), tail=int(tail), dims=dims,
                   seeds=seeds.tolist(), branches=list(branches), onsagers=list(onsagers),
                   inits={b: list(BRANCH_INITS[b]) for b in branches}, damping={b: damping[b] for b in branches})
+    rows.update({k: [np.nan] * len(rows["d"]) for k in GAMPSweep.DERIVED})
     return GAMPSweep(columns={k: np.asarray(v) for k, v in rows.items()},
-                     histories={k: np.stack(v) for k, v in hist.items()}, config=config)
+                     histories={k: np.stack(v) for k, v in hist.items()}, config=config).with_verdicts()

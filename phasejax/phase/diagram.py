@@ -43,7 +43,13 @@ from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.theory.census import CENSUS_SEEDS, census_seeds
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.params import TiedAttentionParams, validate_params
-from phasejax.theory.replicon import DEFAULT_TIE_WIDTH, REPLICON_STEPS, replicon_columns, rs_stable
+from phasejax.theory.replicon import (
+    DEFAULT_TIE_WIDTH,
+    REPLICON_COLUMNS,
+    REPLICON_STEPS,
+    replicon_columns,
+    rs_stable,
+)
 from phasejax.theory.results import result_columns
 from phasejax.theory.solver import SEConfig, map_points, resolve_scheme, solve_row_jit
 
@@ -564,3 +570,65 @@ def phase_diagram(
                                                                table["verdict_semantic"]], -1))
     cfg_json = {k: (v if not callable(v) else getattr(v, "__qualname__", str(v))) for k, v in cfg.items()}
     return PhaseDiagram(grid=grid, points=points, table=table, thresholds=thresholds, config=cfg_json)
+
+
+def add_replicon(pd: PhaseDiagram, params: TiedAttentionParams, *, quadrature=None, progress: bool = False,
+                 columns: Mapping[str, np.ndarray] | None = None) -> PhaseDiagram:
+    """`pd` with the replicon columns (`phasejax.theory.replicon.REPLICON_COLUMNS`) computed at every converged
+    fixed point of `points` from its overlaps, and the table re-derived (`replicon_<branch>`, `rs_stable_*`).
+
+    For a diagram computed before the columns existed (or loaded with `PhaseDiagram.load`): the fixed points
+    are the same as a fresh `phase_diagram` would find with the same configuration, and the replicon is a
+    function of the fixed point alone, so the columns are those a fresh run writes. `params` are the diagram's
+    model parameters (`alpha`, `omega` are taken per point); `quadrature` as in `phase_diagram`. `columns`
+    (`REPLICON_COLUMNS`, one value per point, e.g. from `replicon_point_fn` run point by point) skips the
+    computation.
+    """
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    pts = {k: np.asarray(v) for k, v in pd.points.items()}
+    r, t, K = params.r, params.t, params.K
+    n = len(pts["alpha"])
+
+    def stack(name, shape):
+        size = int(np.prod(shape))
+        return np.stack([np.asarray(pts[f"{name}_{i}"], float) for i in range(size)], -1).reshape((n,) + shape)
+
+    q0, m, V0, th = stack("q0", (r, r)), stack("m0", (K, r)), stack("V0", (r, r)), stack("theta0", (t, r))
+    converged = np.asarray(pts["converged"]).astype(bool)
+    if columns is not None:
+        cols = {k: np.asarray(columns[k], float) for k in REPLICON_COLUMNS}
+    else:
+        cols = {k: np.full(n, np.nan) for k in REPLICON_COLUMNS}
+        with float64_scope():
+            one = replicon_point_fn(params, quadrature)
+            idx = np.flatnonzero(converged)
+            it = tqdm(idx, desc="replicon", disable=not progress) if tqdm is not None else idx
+            for i in it:
+                out = one(q0[i], m[i], V0[i], th[i], float(pts["alpha"][i]), float(pts["omega"][i]))
+                for k in cols:
+                    cols[k][i] = float(out[k])
+    pts.update(cols)
+    table, thresholds = derive_table(pd.grid, pts, np.asarray(pd.table["eps_lin"], float)[:, 0])
+    pts["verdict"] = point_verdicts(pd.grid, pts, np.stack([table["verdict_positional"],
+                                                            table["verdict_semantic"]], -1))
+    config = dict(pd.config, replicon=dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS))
+    return PhaseDiagram(grid=pd.grid, points=pts, table=table, thresholds=thresholds, config=config)
+
+
+def replicon_point_fn(params: TiedAttentionParams, quadrature=None):
+    """A jitted `(q0, m, V0, theta0, alpha, omega) -> REPLICON_COLUMNS` of one converged fixed point (call
+    inside `float64_scope()`); `add_replicon` runs it point by point."""
+    from phasejax.theory.fields import Overlaps
+
+    validate_params(params)
+    scheme = resolve_scheme(quadrature, params)
+
+    @jax.jit
+    def one(q0_, m_, V0_, th_, alpha, omega):
+        ov = Overlaps(q0=q0_, m=m_, V0=V0_, theta0=th_)
+        return replicon_columns(ov, params.replace(alpha=alpha, omega=omega), scheme, True)
+
+    return one
