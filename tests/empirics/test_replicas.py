@@ -142,3 +142,20 @@ def test_extrapolation_recovers_a_line():
 def test_grid_validation(bad):
     with pytest.raises(ValueError):
         ReplicaGrid(**bad)
+
+
+@pytest.mark.slow
+def test_replicas_command_and_replot(run_cli, tmp_path):
+    out = str(tmp_path / "rep")
+    code, stdout, err = run_cli(["replicas", "--d", "80", "120", "--seeds", "3", "--alphas", "1.5", "--lams", "0.01",
+                                 "--long-steps", "10", "--lanczos-steps", "10", "--no-se", "--no-progress",
+                                 "--out", out])
+    assert code == 0, err
+    from phasejax.commands.replicas import read_pairs
+
+    pairs = read_pairs(f"{out}/two_replicas.csv")
+    assert len(pairs["alpha"]) == 12 and sorted(set(pairs["d"].tolist())) == [80, 120]
+    code, _, err = run_cli(["replicas", "--replot", "--no-se", "--out", out, "--d", "80", "120", "--seeds", "3",
+                            "--alphas", "1.5", "--lams", "0.01", "--long-steps", "10", "--lanczos-steps", "10"])
+    assert code == 0, err
+    assert (tmp_path / "rep" / "q12_over_q.png").exists() and (tmp_path / "rep" / "summary.json").exists()

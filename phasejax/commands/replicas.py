@@ -1,0 +1,285 @@
+"""Two replicas: pairs of tied students trained on the same data from two inits of one branch; q12 / q against 1/d.
+
+    phasejax replicas                                  # CPU preset: d = 250 ... 2000, 8 seeds (minutes)
+    phasejax replicas --preset gpu                     # d = 500 ... 8000, 64 seeds
+    phasejax replicas --d 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
+    phasejax replicas --replot                         # redo summary and figure from <out>/two_replicas.csv
+
+Each pair (`phasejax.empirics.replicas.replica_pair`): one data set per seed, two inits of the branch (the
+branch init plus noise as large as the init, so the replicas start at `q12 / q ~ 1/2`), L-BFGS to the
+gradient tolerance, the mutual overlap `q12` modulo `Q -> -Q`, the smallest Hessian eigenvalue (Lanczos),
+and a continuation run of `--long-steps` more steps. The replica-symmetric theory predicts
+`q12 / q -> 1` as `d -> inf`. Writes --out (default runs/replicas/): two_replicas.csv (one row per pair,
+`phasejax.empirics.replicas.PAIR_COLUMNS`), summary.csv (per `(alpha, lambda, branch, d)`: pair counts, means
+and standard errors over the pairs whose replicas stayed in the branch), summary.json (the same, the
+`d -> inf` extrapolations of `1 - q12 / q` and the state evolution's `q`, `m`, `theta`), q12_over_q.png.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    refuse_duplicates,
+    run_options_from,
+    unit_interval,
+    UsageError,
+)
+from phasejax.commands.experiment_flags import (
+    add_dtype,
+    add_preset,
+    dtype_from,
+    environment,
+    not_finished,
+    pick,
+    print_paths,
+    sub_options,
+)
+
+NAME = "replicas"
+HELP = "two students on the same data from two inits of one branch: mutual overlap q12 / q against 1/d"
+
+PRESETS = {
+    "cpu": dict(d=[250, 500, 1000, 2000], seeds=8, long_steps=2000),
+    "gpu": dict(d=[500, 1000, 2000, 4000, 8000], seeds=64, long_steps=20000),
+}
+
+NAMED = ("branch", "solution_1", "solution_2")
+
+
+def add_arguments(ap) -> None:
+    add_preset(ap, "cpu: d = 250, 500, 1000, 2000, 8 seeds, 2000 continuation steps; "
+                   "gpu: d = 500 ... 8000, 64 seeds, 20000 continuation steps")
+    ap.add_argument("--d", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
+    ap.add_argument("--seeds", type=positive_int, default=None, help="pairs per point (default: the preset's)")
+    ap.add_argument("--alphas", type=positive_float, nargs="+", default=[0.8, 1.5])
+    ap.add_argument("--lams", type=positive_float, nargs="+", default=[0.01, 0.1], help="ridge penalties lambda")
+    ap.add_argument("--omega", type=unit_interval, default=0.3)
+    ap.add_argument("--branches", nargs="+", choices=("positional", "semantic"), default=["positional", "semantic"])
+    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
+    ap.add_argument("--noise", type=positive_float, default=1.0,
+                    help="init noise relative to the branch init's RMS entry (1: replicas start at q12/q ~ 1/2)")
+    ap.add_argument("--max-steps", type=positive_int, default=5000, help="L-BFGS step cap of each replica")
+    ap.add_argument("--gtol", type=positive_float, default=None,
+                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
+    ap.add_argument("--lanczos-steps", type=positive_int, default=40, help="Lanczos steps per Hessian")
+    ap.add_argument("--long-steps", type=nonnegative_int, default=None,
+                    help="continuation steps at gtol / 100 after convergence (0: none; default: the preset's)")
+    ap.add_argument("--no-se", action="store_true", help="skip the state-evolution values in summary.json")
+    add_dtype(ap)
+    ap.add_argument("--replot", action="store_true",
+                    help="only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv")
+    add_output(ap, default_out(NAME))
+    add_run_options(ap, chunk_size=16)
+
+
+def write_pairs(pairs: dict, path: str) -> str:
+    """`two_replicas.csv`: `PAIR_COLUMNS` with branch / solution names and status names."""
+    import numpy as np
+
+    from phasejax.empirics import SOLUTIONS
+    from phasejax.empirics.replicas import PAIR_COLUMNS, REPLICA_BRANCHES
+    from phasejax.io import write_csv
+    from phasejax.solvers import status_names
+
+    cols = {}
+    for k in PAIR_COLUMNS:
+        v = np.asarray(pairs[k])
+        if k == "branch":
+            v = np.asarray(REPLICA_BRANCHES)[v.astype(int)]
+        elif k.startswith("solution_"):
+            v = np.asarray(SOLUTIONS)[v.astype(int)]
+        elif k.startswith("status_") or k == "hessian_status":
+            v = status_names(v)
+        cols[k] = v
+    return write_csv(path, cols, PAIR_COLUMNS)
+
+
+def read_pairs(path: str) -> dict:
+    """Inverse of `write_pairs` (codes for branch and solutions; booleans for converged, same_branch)."""
+    import numpy as np
+
+    from phasejax.empirics import SOLUTIONS
+    from phasejax.empirics.replicas import PAIR_COLUMNS, REPLICA_BRANCHES
+    from phasejax.io import read_csv
+
+    raw = read_csv(path)
+    missing = [k for k in PAIR_COLUMNS if k not in raw]
+    if missing:
+        raise UsageError(f"{path} is not a two_replicas.csv: missing columns {missing}")
+    pairs = dict(raw)
+    pairs["branch"] = np.asarray([REPLICA_BRANCHES.index(str(b)) for b in raw["branch"]])
+    for k in ("solution_1", "solution_2"):
+        pairs[k] = np.asarray([SOLUTIONS.index(str(s)) for s in raw[k]])
+    for k in ("converged", "same_branch"):
+        pairs[k] = np.asarray(raw[k]).astype(bool)
+    return pairs
+
+
+def state_evolution_values(groups, sigma: float) -> dict:
+    """`{(alpha, omega, lam, branch): (q, m, theta, status)}` from `solve_state_evolution` on each branch."""
+    import numpy as np
+
+    from phasejax.empirics.replicas import REPLICA_BRANCHES
+    from phasejax.theory import make_params, solve_state_evolution
+
+    out = {}
+    for alpha, omega, lam, branch in groups:
+        res = solve_state_evolution(make_params(alpha, omega, lam=lam, sigma=sigma), REPLICA_BRANCHES[int(branch)])
+        out[(alpha, omega, lam, branch)] = (float(np.ravel(res.q)[0]), float(np.ravel(res.m)[0]),
+                                            float(np.ravel(res.theta)[0]), res.status_name)
+    return out
+
+
+def summarise(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str]:
+    """summary.csv, summary.json (with `1 - q12/q` extrapolated to `d -> inf`) and q12_over_q.png."""
+    import numpy as np
+
+    from phasejax.empirics.replicas import REPLICA_BRANCHES, extrapolate_in_d, summarize_pairs
+    from phasejax.io import atomic_write_json, write_csv
+
+    table = summarize_pairs(pairs)
+    names = dict(table)
+    names["branch"] = np.asarray(REPLICA_BRANCHES)[table["branch"]]
+    paths = [write_csv(os.path.join(out, "summary.csv"), names)]
+    limits = []
+    keys = sorted({(a, w, lam, b) for a, w, lam, b in zip(table["alpha"], table["omega"], table["lam"],
+                                                           table["branch"])})
+    for a, w, lam, b in keys:
+        sel = (table["alpha"] == a) & (table["omega"] == w) & (table["lam"] == lam) & (table["branch"] == b)
+        rows = dict(alpha=a, omega=w, lam=lam, branch=REPLICA_BRANCHES[int(b)])
+        for key, label in (("q12_over_q", "one_minus_q12_over_q"), ("long_run_q12_over_q",
+                                                                     "long_run_one_minus_q12_over_q")):
+            c, c_err, slope, slope_err = extrapolate_in_d(table["d"][sel], 1.0 - table[key][sel],
+                                                          table[key + "_err"][sel])
+            rows[label + "_at_infinite_d"] = c
+            rows[label + "_at_infinite_d_err"] = c_err
+            rows[label + "_slope_in_1_over_d"] = slope
+            rows[label + "_slope_in_1_over_d_err"] = slope_err
+        if se is not None and (a, w, lam, b) in se:
+            rows.update(zip(("se_q", "se_m", "se_theta", "se_status"), se[(a, w, lam, b)]))
+        limits.append(rows)
+    paths.append(atomic_write_json(os.path.join(out, "summary.json"), dict(
+        groups={k: np.asarray(v).tolist() for k, v in names.items()}, limits=limits, **meta)))
+    paths.append(plot_q12_over_q(table, os.path.join(out, "q12_over_q.png")))
+    return paths
+
+
+def plot_q12_over_q(table: dict, path: str) -> str:
+    """`q12 / q` (filled, after training; open, after the continuation run) against `1 / d`, one panel per
+    `(alpha, lambda)`, one colour per branch, error bars one standard error over pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from phasejax.empirics.replicas import REPLICA_BRANCHES
+
+    alphas, lams = np.unique(table["alpha"]), np.unique(table["lam"])
+    fig, axes = plt.subplots(len(alphas), len(lams), figsize=(4.2 * len(lams), 3.2 * len(alphas)), squeeze=False,
+                             sharex=True)
+    colours = {0: "tab:blue", 1: "tab:orange"}
+    for i, a in enumerate(alphas):
+        for j, lam in enumerate(lams):
+            ax = axes[i, j]
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            for b in np.unique(table["branch"]):
+                sel = (table["alpha"] == a) & (table["lam"] == lam) & (table["branch"] == b) & \
+                      np.isfinite(table["q12_over_q"])
+                if not sel.any():
+                    continue
+                x = 1.0 / table["d"][sel]
+                n = table["n_same_branch"][sel]
+                ax.errorbar(x, table["q12_over_q"][sel], table["q12_over_q_err"][sel], marker="o", capsize=3,
+                            color=colours[int(b)], label=f"{REPLICA_BRANCHES[int(b)]} ({int(n.min())}-{int(n.max())} "
+                                                         "pairs)")
+                ax.errorbar(x * 1.04, table["long_run_q12_over_q"][sel], table["long_run_q12_over_q_err"][sel],
+                            marker="o", mfc="none", ls=":", capsize=2, color=colours[int(b)])
+            ax.set_title(rf"$\alpha={a:g}$, $\lambda={lam:g}$", fontsize=10)
+            ax.set_xlim(left=0)
+            if i == len(alphas) - 1:
+                ax.set_xlabel(r"$1/d$")
+            if j == 0:
+                ax.set_ylabel(r"$q_{12}/q$")
+            if ax.has_data():
+                ax.legend(fontsize=7, loc="lower left")
+            else:
+                ax.text(0.5, 0.5, "no pair stayed in a branch\n(the minimiser is Q = 0)", ha="center",
+                        va="center", transform=ax.transAxes, fontsize=8)
+    fig.suptitle(r"Two replicas on the same data: $q_{12}/q$ (filled: trained; open: after the continuation run)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from phasejax.empirics import TrainConfig
+    from phasejax.empirics.replicas import ReplicaGrid, replica_sweep
+    from phasejax.theory import make_params
+
+    meta = dict(preset=args.preset, **environment())
+    if args.replot:
+        path = os.path.join(args.out, "two_replicas.csv")
+        if not os.path.exists(path):
+            raise UsageError(f"--replot needs {path}")
+        pairs = read_pairs(path)
+        print_paths(summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
+        return 0
+    preset = PRESETS[args.preset]
+    ds, seeds = pick(args, "d", preset), pick(args, "seeds", preset)
+    long_steps = pick(args, "long_steps", preset)
+    for values, flag in ((ds, "--d"), (args.alphas, "--alphas"), (args.lams, "--lams"), (args.branches, "--branches")):
+        refuse_duplicates(values, flag)
+    try:
+        grids = [ReplicaGrid(alphas=tuple(args.alphas), lams=tuple(args.lams), branches=tuple(args.branches),
+                             seeds=tuple(range(seeds)), omega=args.omega, d=d) for d in sorted(ds)]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    config = TrainConfig("lbfgs", max_steps=args.max_steps, gtol=args.gtol)
+    options = run_options_from(args, args.out)
+    params = make_params(1.0, args.omega, sigma=args.sigma)
+    t0 = time.perf_counter()
+    parts = []
+    for grid in grids:
+        part = replica_sweep(grid, params, config=config, noise=args.noise, lanczos_steps=args.lanczos_steps,
+                             long_steps=long_steps, dtype=dtype_from(args),
+                             options=sub_options(options, f"d{grid.d}"))
+        if part is None:
+            return not_finished(options)
+        parts.append(part)
+        print(f"d = {grid.d}: {len(part['alpha'])} pairs, {time.perf_counter() - t0:.0f} s so far", flush=True)
+    pairs = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    seconds = time.perf_counter() - t0
+    os.makedirs(args.out, exist_ok=True)
+    paths = [write_pairs(pairs, os.path.join(args.out, "two_replicas.csv"))]
+    meta.update(d=sorted(ds), seeds=seeds, alphas=args.alphas, lams=args.lams, omega=args.omega,
+                noise=args.noise, lanczos_steps=args.lanczos_steps, long_steps=long_steps, max_steps=args.max_steps,
+                dtype=args.dtype, n_pairs=int(len(pairs["alpha"])), seconds_pairs=seconds)
+    se = None if args.no_se else _se(pairs, args.sigma)
+    meta["seconds"] = time.perf_counter() - t0
+    paths += summarise(pairs, args.out, se=se, meta=meta)
+    print(f"{len(pairs['alpha'])} pairs in {seconds:.1f} s ({int(np.sum(pairs['same_branch']))} stayed in their "
+          f"branch)")
+    print_paths(paths)
+    return 0
+
+
+def _se(pairs: dict, sigma: float) -> dict:
+    import numpy as np
+
+    groups = sorted({(float(a), float(w), float(lam), int(b)) for a, w, lam, b in
+                     zip(pairs["alpha"], pairs["omega"], pairs["lam"], pairs["branch"])})
+    se = state_evolution_values(groups, sigma)
+    return {k: v for k, v in se.items() if np.isfinite(v[0])}
