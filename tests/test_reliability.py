@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -421,3 +422,25 @@ def test_a_swapped_chunk_of_a_command_is_recomputed_and_the_csv_is_unchanged(tmp
     assert code == 0, err
     assert str(chunks / "chunk_00001.npz") in err and "is chunk 0 of this run, not chunk 1" in err
     assert (tmp_path / "out" / "runs.csv").read_text() == runs
+
+
+@pytest.mark.slow
+def test_solve_point_by_point_gives_the_batch_fixed_points():
+    """On a CPU `solve` runs one call per point (a progress bar per point on a terminal); its fixed points are
+    those of one batch call to well within the solver's tolerance (scaled residual 1e-7): the two compiled
+    programs differ in the last digits only."""
+    from phasejax import float64_scope
+    from phasejax.commands.solve import solve_points
+    from phasejax.theory import SEConfig, gauss_hermite, make_params, result_columns, solve_state_evolution_batch
+
+    params = make_params(1.0, 0.0)
+    alpha, omega = np.asarray([1.0, 2.0]), np.asarray([0.3, 0.3])
+    rule = gauss_hermite(params.L * (params.r + params.t), 4)
+    with float64_scope():
+        batch = solve_state_evolution_batch(params, alpha, omega, "positional", rule, SEConfig())
+        each = solve_points(params, alpha, omega, "positional", rule, SEConfig(), progress=True)
+        cols = [jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res)) for res in (batch, each)]
+    for key in ("q", "m", "V", "theta", "test_error", "train_loss"):
+        np.testing.assert_allclose(cols[1][key], cols[0][key], rtol=1e-8, err_msg=key)
+    assert np.all(cols[0]["converged"]) and np.all(cols[1]["converged"])
+    assert np.all(cols[1]["residual"] < 1e-7)

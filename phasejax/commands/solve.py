@@ -96,7 +96,7 @@ def run(args) -> int:
 
     from phasejax import float64_scope
     from phasejax.solvers import status_name
-    from phasejax.theory import SEConfig, make_params, result_columns, solve_state_evolution_batch
+    from phasejax.theory import SEConfig, make_params, result_columns
 
     missing = [f for f, v in (("--alphas", args.alphas), ("--omegas", args.omegas)) if v is None]
     if missing:
@@ -107,10 +107,8 @@ def run(args) -> int:
     alpha, omega = (g.ravel() for g in np.meshgrid(args.alphas, args.omegas, indexing="ij"))
     config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol, tie_width=args.tie_width)
     rule = quadrature_from(args, params)
-    if not args.no_progress and sys.stderr.isatty():
-        print(f"solving {alpha.shape[0]} point{'s' if alpha.shape[0] > 1 else ''} in one compiled batch "
-              "(compilation included: about half a minute on a CPU core) ...", file=sys.stderr, flush=True)
-    res = solve_state_evolution_batch(params, alpha, omega, args.branch, rule, config)
+    res = solve_points(params, alpha, omega, args.branch, rule, config,
+                       progress=not args.no_progress and sys.stderr.isatty())
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))
     keys = ("q", "m", "V", "theta", "test_error", "train_loss")
@@ -133,6 +131,31 @@ def run(args) -> int:
               + "; ".join(failed), file=sys.stderr)
         return 1
     return 0
+
+
+def solve_points(params, alpha, omega, branch, rule, config, *, progress: bool):
+    """`solve_state_evolution_batch` over the points. On a CPU, where a batch solves its points one after the
+    other anyway, one call per point (the program is compiled once, for the first point), under a progress bar
+    with an ETA when `progress`; the output does not depend on whether stderr is a terminal. On an accelerator
+    one batch, the points side by side, after a line on stderr when `progress`."""
+    import jax
+    import jax.numpy as jnp
+
+    from phasejax.theory import solve_state_evolution_batch
+
+    n = alpha.shape[0]
+    if n == 1 or jax.default_backend() != "cpu":
+        if progress:
+            print(f"solving {n} point{'s' if n > 1 else ''} in one compiled batch (compilation included) ...",
+                  file=sys.stderr, flush=True)
+        return solve_state_evolution_batch(params, alpha, omega, branch, rule, config)
+    from tqdm.auto import tqdm
+
+    points = tqdm(range(n), unit="point", desc=f"{n} points (the first compiles)", dynamic_ncols=True,
+                  disable=not progress)
+    parts = [solve_state_evolution_batch(params, alpha[i:i + 1], omega[i:i + 1], branch, rule, config)
+             for i in points]
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
 def point_verdict(row: dict) -> str:
