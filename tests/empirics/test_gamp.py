@@ -178,3 +178,21 @@ def test_chattering_is_carried_by_basin_flips():
     assert np.mean(np.asarray(res.residual[tail])) > 0.1
     assert 0.0 < np.mean(np.asarray(res.flip_fraction[tail])) < 0.2
     assert np.mean(np.asarray(res.flip_share[tail])) > 0.8
+
+
+def test_run_verdicts_and_replicon_columns():
+    """converged: the stopping criterion or a critical point of R; diverged: the status; else unstable, with the
+    tail residual as the measured instability; the replicon columns come from the SE reference per branch."""
+    from phasejax.empirics.gamp import run_verdicts
+
+    verdict, inst = run_verdicts(["converged", "max_iterations", "max_iterations", "diverged"],
+                                 [1e-3, 1e-8, 0.5, np.nan], [1e-9, 1e-7, 0.4, np.nan])
+    assert verdict.tolist() == ["converged", "converged", "unstable", "diverged"]
+    assert inst[2] == 0.4
+    cols = {k: np.asarray(v) for k, v in dict(status=["max_iterations", "converged"], grad_norm=[0.9, 1e-9],
+                                              residual_tail=[0.5, 1e-9], branch=["positional", "semantic"]).items()}
+    sweep = GAMPSweep(columns=cols, histories={}, config={}).with_verdicts(
+        {"positional": {"replicon": 0.7, "replicon_jump": 2e-4}, "semantic": {"replicon": 0.24}})
+    assert sweep.columns["verdict"].tolist() == ["unstable", "converged"]
+    assert sweep.columns["replicon"].tolist() == [0.7, 0.24]
+    assert sweep.columns["replicon_jump"][0] == 2e-4 and np.isnan(sweep.columns["replicon_jump"][1])
