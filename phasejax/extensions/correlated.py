@@ -1,4 +1,4 @@
-"""Correlated tokens from a Gaussian mixture (issue 12, item 2; paper appendix C.10, experiment E.3, Fig. 10).
+"""Correlated tokens from a Gaussian mixture (paper appendix C.10, experiment E.3, Fig. 10).
 
 Data model. Token `l` of a sequence is `x_l = mu_{c_l} + z_l`, `z_l ~ N(0, sigma_l^2 I_d)`, with cluster means
 `mu_c = sum_j M[c, j] v_j` of norm O(1) along orthonormal directions `v_j` orthogonal to the positional ones
@@ -35,9 +35,9 @@ What follows (tested in `tests/extensions/test_correlated.py`):
   main fixed point is the (locally unique) mixture fixed point, both branches keep their free energy and
   **`alpha_c` does not move** with `rho` in the `d -> inf` limit; the experiments test this at finite `d`.
 
-`main` writes `theory.csv` (both branches along alpha, per `rho`, with `m_cluster` and `cluster_gain` columns),
-`runs.csv` (tied students trained by L-BFGS from positional and semantic inits on mixture data, per `rho`, seed,
-`d`), `thresholds.csv` (theory `alpha_c` per `rho`, and the empirical crossing of the two inits' training losses with
+`compute` returns the bundle of `theory.csv` (both branches along alpha, per `rho`, with `m_cluster` and
+`cluster_gain` columns), `runs.csv` (tied students trained by L-BFGS from positional and semantic inits on mixture
+data, per `rho`, seed, `d`), `thresholds.csv` (theory `alpha_c` per `rho`, and the empirical crossing of the two inits' training losses with
 its shift against `rho = 0`) and a figure.
 """
 
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -56,8 +55,11 @@ from phasejax.empirics.data import cast_params, check_positive_int, positional_d
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import INITS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
-from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
+from phasejax.extensions._framework import (
+    ExtensionResult, attach_theory, concat_tables, empirical_alpha_c, ordered, paired_gap, seed_means,
+    sub_options,
+)
+from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_chunked, run_options
@@ -70,32 +72,6 @@ from phasejax.theory.updates import hats_from_nodes, node_values, test_error
 
 Array = jax.Array
 NAME = "correlated"
-
-PRESETS = {
-    "cpu": dict(
-        alphas=(0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
-        omega=0.3,
-        rhos=(0.0, 0.9),
-        mean_norm=1.0,
-        train_alphas=(0.75, 1.0, 1.25, 1.5, 2.0),
-        seeds=(0, 1, 2, 3),
-        ds=(200, 800),
-        gain_log2_n=11,
-    ),
-    "gpu": dict(
-        alphas=tuple(np.round(np.arange(0.3, 2.51, 0.1), 6)),
-        omega=0.3,
-        rhos=(-0.9, -0.5, 0.0, 0.5, 0.9),
-        mean_norm=1.0,
-        train_alphas=(0.5, 0.75, 1.0, 1.125, 1.25, 1.375, 1.5, 1.75, 2.0, 2.5),
-        seeds=tuple(range(10)),
-        ds=(200, 400, 800, 1600),
-        gain_log2_n=13,
-    ),
-}
-"""`cpu`: the committed results (6 alpha x 2 branches theory at omega = 0.3 for rho in {0, 0.9}; 5 alpha x 2 inits x
-4 seeds x 2 rho x d in {200, 800} runs); `gpu`: a finer grid, five correlations, 10 seeds at four sizes (not run)."""
-
 
 # ----------------------------------------------------------------------------
 # Label law and data
@@ -439,91 +415,8 @@ def train_correlated(alphas, rhos, seeds, *, params: TiedAttentionParams, d: int
 
 
 # ----------------------------------------------------------------------------
-# Result, thresholds, figure
+# Theory, thresholds, outputs, figure
 # ----------------------------------------------------------------------------
-
-
-def crossing(alphas: np.ndarray, delta: np.ndarray) -> float:
-    """First alpha where `delta` (e.g. `e_sem - e_pos`) changes sign from > 0 to <= 0, by linear interpolation;
-    NaN if it does not."""
-    alphas, delta = np.asarray(alphas, float), np.asarray(delta, float)
-    for i in range(len(alphas) - 1):
-        if delta[i] > 0 and delta[i + 1] <= 0:
-            return float(alphas[i] + (alphas[i + 1] - alphas[i]) * delta[i] / (delta[i] - delta[i + 1]))
-    return float("nan")
-
-
-def empirical_thresholds(runs: dict) -> dict[str, np.ndarray]:
-    """Per `(d, rho)`: the crossing `alpha_c` of the seed-averaged `e_t(semantic init) - e_t(positional init)`,
-    its 95% error (half the 2.5-97.5% range of 400 bootstrap resamples of the seeds), and the paired shift
-    `alpha_c(rho) - alpha_c(rho = 0)` (same seeds, bootstrap error on the difference)."""
-    rng = np.random.default_rng(0)
-    out = {k: [] for k in ("source", "d", "rho", "alpha_c", "alpha_c_err", "alpha_c_status", "shift", "shift_err")}
-    init = np.asarray(runs["init"])
-    for d in np.unique(runs["d"]):
-        sel_d = runs["d"] == d
-        alphas = np.unique(runs["alpha"][sel_d])
-        seeds = np.unique(runs["seed"][sel_d])
-        rhos = np.unique(runs["rho"][sel_d])
-
-        def table(rho):
-            D = np.full((len(alphas), len(seeds)), np.nan)
-            for i, a in enumerate(alphas):
-                for j, s in enumerate(seeds):
-                    sel = sel_d & (runs["rho"] == rho) & (runs["alpha"] == a) & (runs["seed"] == s)
-                    e = {int(c): float(runs["train_loss"][sel & (init == c)][0]) for c in np.unique(init[sel])}
-                    D[i, j] = e[1] - e[0]
-            return D
-
-        tabs = {r: table(r) for r in rhos}
-        boots = rng.integers(0, len(seeds), size=(400, len(seeds)))
-        ref = 0.0 if 0.0 in rhos else rhos[0]
-        for r in rhos:
-            ac = crossing(alphas, tabs[r].mean(1))
-            bs = np.array([crossing(alphas, tabs[r][:, b].mean(1)) for b in boots])
-            sh = np.array([crossing(alphas, tabs[r][:, b].mean(1)) - crossing(alphas, tabs[ref][:, b].mean(1))
-                           for b in boots])
-            ok, oks = np.isfinite(bs), np.isfinite(sh)
-            out["source"].append("experiment")
-            out["d"].append(int(d))
-            out["rho"].append(float(r))
-            out["alpha_c"].append(ac)
-            out["alpha_c_err"].append(float(np.diff(np.percentile(bs[ok], [2.5, 97.5]))[0] / 2) if ok.sum() > 10
-                                      else float("nan"))
-            out["alpha_c_status"].append("in_grid" if np.isfinite(ac) else "undetermined")
-            out["shift"].append(ac - crossing(alphas, tabs[ref].mean(1)))
-            out["shift_err"].append(float(np.diff(np.percentile(sh[oks], [2.5, 97.5]))[0] / 2) if oks.sum() > 10
-                                    else float("nan"))
-    return {k: np.asarray(v) for k, v in out.items()}
-
-
-@dataclasses.dataclass
-class CorrelatedResult:
-    """Outputs of the extension: `theory` (one row per fixed point and `rho`), `runs` (one row per trained
-    student), `thresholds` (theory and experiment `alpha_c` per `rho`), `config` (JSON)."""
-
-    theory: dict
-    runs: dict
-    thresholds: dict
-    config: dict
-
-    def write(self, out_dir: str) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
-        first = ["alpha", "omega", "rho", "branch"]
-        paths = [write_csv(os.path.join(out_dir, "theory.csv"), self.theory,
-                           first + [k for k in self.theory if k not in first])]
-        paths.append(write_csv(os.path.join(out_dir, "runs.csv"), self.runs,
-                               [c for c in RUN_COLUMNS if c in self.runs]))
-        paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), self.thresholds))
-        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), self.config))
-        return paths
-
-    @classmethod
-    def load(cls, out_dir: str) -> "CorrelatedResult":
-        return cls(theory=read_csv(os.path.join(out_dir, "theory.csv")),
-                   runs=read_csv(os.path.join(out_dir, "runs.csv")),
-                   thresholds=read_csv(os.path.join(out_dir, "thresholds.csv")),
-                   config=read_json(os.path.join(out_dir, "summary.json")))
 
 
 def correlated_params(omega: float = 0.3, *, sigma: float = 0.5, lam: float = 0.01) -> TiedAttentionParams:
@@ -536,8 +429,7 @@ def theory_tables(preset: dict, params: TiedAttentionParams, run_dir: str | None
     `rho`. Returns `(theory columns, theory thresholds)`."""
     grid = PhaseGrid(tuple(preset["alphas"]), (float(preset["omega"]),))
     cfg = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES})
-    opts = RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, "theory"), progress=progress)
-    diagram = phase_diagram(grid, params, config=cfg, options=opts)
+    diagram = phase_diagram(grid, params, config=cfg, options=sub_options(run_dir, "theory", progress))
     pts = {k: np.asarray(v) for k, v in diagram.points.items()}
     keep = np.asarray(pts["is_branch"], bool) & np.isfinite(np.asarray(pts["train_loss"], float))
     pts = {k: v[keep] for k, v in pts.items()}
@@ -579,25 +471,24 @@ def theory_tables(preset: dict, params: TiedAttentionParams, run_dir: str | None
     return theory, thr
 
 
-def attach_theory(runs: dict, theory: dict) -> dict:
-    """Add `train_loss_theory`, `test_error_theory` (the branch named like the init, at the run's alpha and rho)."""
-    tl, te = [], []
-    for a, r, c in zip(runs["alpha"], runs["rho"], runs["init"]):
-        sel = (np.isclose(theory["alpha"], a) & np.isclose(theory["rho"], r)
-               & (theory["branch"] == INITS[int(c)]))
-        tl.append(float(theory["train_loss"][sel][0]) if sel.any() else np.nan)
-        te.append(float(theory["test_error"][sel][0]) if sel.any() else np.nan)
-    return {**runs, "train_loss_theory": np.asarray(tl), "test_error_theory": np.asarray(te)}
+def empirical_thresholds(runs: dict) -> dict[str, np.ndarray]:
+    """Per `(d, rho)` of the runs (init names): `alpha_c` where the seed mean of `e_t(semantic) - e_t(positional)`
+    (paired by seed) crosses zero, its 95% bootstrap error over seeds, and the paired shift `alpha_c(rho) -
+    alpha_c(rho = 0)` (same seeds and resamples; `_framework.empirical_alpha_c`)."""
+    rows = []
+    for d in np.unique(runs["d"]):
+        at_d = np.asarray(runs["d"]) == d
+        rhos = np.unique(runs["rho"][at_d])
+        ref = 0.0 if 0.0 in rhos else rhos[0]
+        tables = {r: paired_gap(runs, at_d & (runs["rho"] == r)) for r in rhos}
+        for r in rhos:
+            (alphas, delta), reference = tables[r], tables[ref][1]
+            rows.append(dict(source="experiment", d=int(d), rho=float(r),
+                             **empirical_alpha_c(alphas, delta, reference)))
+    return {k: np.asarray([row[k] for row in rows]) for k in rows[0]}
 
 
-def _seed_stats(runs: dict, sel: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Alphas, seed mean and standard error of `runs[key]` over the rows `sel`."""
-    al = np.unique(runs["alpha"][sel])
-    vals = [runs[key][sel & (runs["alpha"] == x)] for x in al]
-    return al, np.array([v.mean() for v in vals]), np.array([v.std(ddof=1) / np.sqrt(len(v)) for v in vals])
-
-
-def make_figure(result: CorrelatedResult):
+def make_figure(result: ExtensionResult):
     """Four panels at the preset's omega: (a) training loss and (b) test error of both branches vs alpha (theory and
     the largest d), (c) `e_t(semantic) - e_t(positional)` whose zero is `alpha_c` (theory, every d and rho),
     (d) the SE gain out of `m_cluster = 0` and the measured `|m_cluster|`."""
@@ -624,7 +515,8 @@ def make_figure(result: CorrelatedResult):
         for k, rho in enumerate(rhos):
             for b in PHASE_BRANCHES:
                 sel = (runs["rho"] == rho) & (init_names == b) & (runs["d"] == dmax)
-                al, mean, se = _seed_stats(runs, sel, key)
+                sm = seed_means({k: np.asarray(v)[sel] for k, v in runs.items()}, key, ("alpha",), sort=True)
+                al, mean, se = sm["alpha"], sm[f"{key}_mean"], sm[f"{key}_sem"]
                 ax.errorbar(al + 0.02 * (k - 0.5), mean, yerr=se, fmt=markers[k % 5], mfc="none" if k else colors[b],
                             color=colors[b], ms=6, capsize=2, label=f"trained, {b} init, rho={rho:g}")
         ax.set_xlabel(r"sample complexity $\alpha = n/d$")
@@ -697,44 +589,46 @@ def make_figure(result: CorrelatedResult):
     return fig
 
 
-def write_figure(out_dir: str) -> str:
-    """Re-draw the figure from the CSVs in `out_dir`; returns its path."""
-    from phasejax.plotting import save_figure
-
-    return save_figure(make_figure(CorrelatedResult.load(out_dir)), os.path.join(out_dir, "correlated.png"))
+THEORY_FIRST = ("alpha", "omega", "rho", "branch")
 
 
-def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
-    """Theory (mixture SE at the preset's omega and rhos), experiments, thresholds, figure into `out_dir`."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    P = PRESETS[preset]
+def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+    """Theory (main-SE fixed points at the preset's omega with the cluster gain per `rho`), students (both inits,
+    every `rho`, `seeds`, `ds`) of the preset `P`, resumable under `run_dir`."""
     params = correlated_params(P["omega"])
     theory, thr_theory = theory_tables(P, params, run_dir, progress)
-    runs_all = []
-    for d in P["ds"]:
-        opts = RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, f"runs_d{d}"), progress=progress)
-        runs_all.append(train_correlated(P["train_alphas"], P["rhos"], P["seeds"], params=params, d=d,
-                                         mean_norm=P["mean_norm"], options=opts))
-    runs = {k: np.concatenate([r[k] for r in runs_all]) for k in runs_all[0]}
+    runs = concat_tables([train_correlated(P["train_alphas"], P["rhos"], P["seeds"], params=params, d=d,
+                                           mean_norm=P["mean_norm"],
+                                           options=sub_options(run_dir, f"runs_d{d}", progress))
+                          for d in P["ds"]])
     runs["omega"] = np.full(len(runs["alpha"]), float(P["omega"]))
-    runs = attach_theory(runs, theory)
-    thr_exp = empirical_thresholds(runs)
-    n_exp = len(thr_exp["rho"])
-    text = ("source", "alpha_c_status", "alpha_l_status")
-    fill = dict(omega=float(P["omega"]), alpha_l_status="")
-    thresholds = {k: np.concatenate([np.asarray(thr_theory[k], dtype=object if k in text else float),
-                                     np.asarray(thr_exp[k] if k in thr_exp else [fill.get(k, np.nan)] * n_exp,
-                                                dtype=object if k in text else float)])
-                  for k in thr_theory}
-    runs_out = dict(runs)
-    runs_out["init"] = np.asarray(INITS)[runs["init"].astype(int)]
-    runs_out["status"] = status_names(runs["status"])
-    config = dict(extension=NAME, preset=preset, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in P.items()},
-                  model="x_l = mu_{c_l} + z_l, mu = +-mean_norm v, P(c1=c2)=(1+rho)/2, uniform marginals; "
-                        "paper setting sigma=0.5, lambda=0.01, A=[[.6,.4],[.4,.6]], C=[[1],[-1]]",
-                  max_cluster_gain=float(np.max(theory["cluster_gain"])))
-    result = CorrelatedResult(theory=theory, runs=runs_out, thresholds=thresholds, config=config)
-    paths = result.write(out_dir)
-    paths.append(write_figure(out_dir))
-    return paths
+    runs["init"] = np.asarray(INITS)[runs["init"].astype(int)]
+    runs["status"] = status_names(runs["status"])
+    summary = dict(extension=NAME, preset=preset, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in P.items()},
+                   model="x_l = mu_{c_l} + z_l, mu = +-mean_norm v, P(c1=c2)=(1+rho)/2, uniform marginals; "
+                         "paper setting sigma=0.5, lambda=0.01, A=[[.6,.4],[.4,.6]], C=[[1],[-1]]",
+                   max_cluster_gain=float(np.max(theory["cluster_gain"])))
+    return finish(ExtensionResult(theory=ordered(theory, THEORY_FIRST), runs=runs, thresholds=thr_theory,
+                                  summary=summary))
+
+
+def finish(result: ExtensionResult) -> ExtensionResult:
+    """The parts derived from `theory` and `runs`: theory at each run and the experiments' thresholds (after the
+    theory's rows of `result.thresholds`)."""
+    th, thr = result.theory, result.thresholds
+    runs = attach_theory(result.runs, th, on=("alpha", "rho"), branch=result.runs["init"])
+    theory_rows = {k: np.asarray(v)[np.asarray(thr["source"]) == "theory"] for k, v in thr.items()}
+    theory_rows["d"] = theory_rows["d"].astype(int)
+    exp = empirical_thresholds(runs)
+    n = len(exp["rho"])
+    fill = dict(omega=float(np.asarray(th["omega"])[0]), alpha_l_status="")
+    thresholds = {k: np.concatenate([np.asarray(theory_rows[k], dtype=object),
+                                     np.asarray(exp[k] if k in exp else [fill.get(k, np.nan)] * n, dtype=object)])
+                  for k in theory_rows}
+    return ExtensionResult(theory=th, runs=ordered(runs, RUN_COLUMNS, only=True), thresholds=thresholds,
+                           summary=result.summary)
+
+
+def figures(result: ExtensionResult) -> dict:
+    """`correlated.png` (`make_figure`)."""
+    return {"correlated.png": make_figure(result)}

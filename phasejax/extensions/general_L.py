@@ -1,4 +1,4 @@
-"""Longer sequences: `L = 3` tokens, unequal `sigma_l`, rank `r = 2` (issue 12, item 5; paper appendix C.10).
+"""Longer sequences: `L = 3` tokens, unequal `sigma_l`, rank `r = 2` (paper appendix C.10).
 
 The state evolution of docs/theory.md, sections 2-5, is written for any `L`,
 `r`, `t`: every Gaussian average is over `L (r + t)` standard normals, and the
@@ -26,7 +26,7 @@ Exact facts tested in `tests/extensions/test_general_L.py`:
   reversed problem `(P sigma, P A P^T, P C)` with the quadrature's token
   blocks reversed (to rounding).
 
-`main` computes an SE curve along `alpha` at `omega = 0.3` for both branches
+`compute` computes an SE curve along `alpha` at `omega = 0.3` for both branches
 (with the thresholds where they fall in the grid) for equal and unequal
 `sigma`, and trains tied students from positional and semantic inits at
 `d in {200, 400, 800}` with L-BFGS to `||grad|| < gtol`, reporting the gap
@@ -35,55 +35,23 @@ between seed-averaged experiments and the SE against `d`.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
 
 from phasejax.empirics.metrics import MIN_ADJUSTED_SEEDS
-from phasejax.extensions.second_A import (
-    ExtensionOutputs,
-    attach_theory,
-    concat_tables,
-    relative_gaps,
-    seed_means,
-    theory_table,
-    thresholds_table,
-    train,
-    _finite,
-    _sub_options,
+from phasejax.extensions._framework import (
+    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, finite_err, relative_gaps,
+    seed_means, sub_options, train_tied,
 )
-from phasejax.io import write_csv
-from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
+from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.sweep import RunOptions
 from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.params import TiedAttentionParams, dot_product_attention, make_params
 from phasejax.theory.quadrature import Quadrature, SobolRule
 
 NAME = "general_L"
-
-PRESETS = {
-    "cpu": dict(
-        alphas=(0.6, 1.1, 1.6, 2.1),
-        omega=0.3,
-        sigmas={"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)},
-        log2_n=10, n_replicas=4,
-        train_alphas=(1.1, 2.1),
-        seeds=tuple(range(8)),
-        ds=(200, 400, 800),
-    ),
-    "gpu": dict(
-        alphas=tuple(np.round(np.arange(0.3, 3.01, 0.15), 6)),
-        omega=0.3,
-        sigmas={"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)},
-        log2_n=14, n_replicas=4,
-        train_alphas=(0.5, 1.1, 1.7, 2.0, 2.6),
-        seeds=tuple(range(8)),
-        ds=(200, 400, 800, 1600, 3200),
-    ),
-}
-"""`cpu`: 4 alpha x 2 branches x 2 sigma settings of SE (Sobol 4 x 2^10 points), students at 2 alpha x
-2 inits x 8 seeds x 3 sizes (equal sigma); `gpu`: 19 alpha, Sobol 4 x 2^14, 8 seeds, 5 sizes (not run)."""
 
 LATEX_NAMES = {"theta": "$\\theta_1$", "train_loss": "$e_t$", "test_error": "$\\epsilon_g$"}
 """Axis labels of the table columns in the gap panels."""
@@ -145,14 +113,12 @@ def theory_curve(alphas, omega: float, params: TiedAttentionParams, *, log2_n: i
                          options=options)
 
 
-def plot(outputs: ExtensionOutputs, path: str) -> str:
+def plot(outputs: ExtensionResult):
     """Left: SE test error and training loss along alpha (both branches, equal and unequal sigma; 95% bands)
     with experiments (mean +- standard error over seeds). Right: signed relative gap (experiment - SE) / |SE|
     of q, m (positional) or theta (semantic), e_t and eps_g against d, the experiments' seed mean adjusted for
     each seed's teacher norm (`relative_gaps(..., teacher_adjusted=True)`), +- 1 standard error."""
     from matplotlib.figure import Figure
-
-    from phasejax.plotting import save_figure
 
     th, runs = outputs.theory, outputs.runs
     fig = Figure(figsize=(21, 4.8), layout="constrained")
@@ -169,10 +135,10 @@ def plot(outputs: ExtensionOutputs, path: str) -> str:
             o = np.argsort(a)
             for ax, key in ((ax_err, "test_error"), (ax_ov, "m" if b == "positional" else "theta")):
                 v = np.asarray(th[key], float)[s][o]
-                e = _finite(np.asarray(th[key + "_err"], float)[s][o])
+                e = finite_err(np.asarray(th[key + "_err"], float)[s][o])
                 ax.plot(a[o], v, style, marker=".", color=colors[b], label=f"SE {b}, {setting} $\\sigma_l$")
                 ax.fill_between(a[o], v - e, v + e, color=colors[b], alpha=0.25)
-    means = seed_means(runs)
+    means = seed_means(runs, by=("d", "se_branch", "alpha", "omega"))
     ds = sorted(set(int(x) for x in means["d"]))
     dmax = max(ds)
     for b in PHASE_BRANCHES:
@@ -225,42 +191,46 @@ def plot(outputs: ExtensionOutputs, path: str) -> str:
         ax.legend(fontsize=7, loc="best", ncol=2)
     fig.suptitle("L = 3 tokens, C = [1, 0, -1], A = 0.6 I + 0.2 (off-diagonal): SE (Sobol, 95% quadrature bands) "
                  "and trained students grouped by the branch they reached (mean $\\pm$ standard error over seeds)", fontsize=10)
-    return save_figure(fig, path)
+    return fig
 
 
-def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
-    """SE curves (equal and unequal sigma) and experiments (equal sigma) at `omega = 0.3`; writes `theory.csv`,
-    `runs.csv`, `thresholds.csv`, `summary.json`, `gaps.csv`, `general_L.png` into `out_dir`."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    P = PRESETS[preset]
+def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+    """SE curves (both branches along `alphas` at `omega`, for each of `sigmas`) and students (equal sigma; both
+    inits, `train_alphas x seeds` at each of `ds`) of the preset `P`, resumable under `run_dir`."""
     theories, thresholds, configs = [], [], {}
     for setting, sigma in P["sigmas"].items():
         params = general_L_params(sigma=sigma)
         pd = theory_curve(P["alphas"], P["omega"], params, log2_n=P["log2_n"], n_replicas=P["n_replicas"],
-                          options=_sub_options(run_dir, f"theory_{setting}", progress, 1))
-        t = theory_table(pd)
+                          options=sub_options(run_dir, f"theory_{setting}", progress, 1))
+        t, ts = diagram_tables(pd)
         t["sigma_setting"] = np.full(len(t["alpha"]), setting)
-        theories.append(t)
-        ts = thresholds_table(pd)
         ts["sigma_setting"] = np.full(len(ts["omega"]), setting)
+        theories.append(t)
         thresholds.append(ts)
         configs[setting] = pd.config
-    theory = concat_tables(theories)
     params = general_L_params(sigma=P["sigmas"]["equal"])
-    runs = concat_tables([train(params, P["train_alphas"], P["omega"], P["seeds"], ("positional", "semantic"), d,
-                                quadrature_order=4, options=_sub_options(run_dir, f"train_d{d}", progress))
+    runs = concat_tables([train_tied(params, P["train_alphas"], P["omega"], P["seeds"], ("positional", "semantic"), d,
+                                     quadrature_order=4, options=sub_options(run_dir, f"train_d{d}", progress))
                           for d in P["ds"]])
     runs["sigma_setting"] = np.full(len(runs["alpha"]), "equal")
-    eq = {k: v[theory["sigma_setting"] == "equal"] for k, v in theory.items()}
-    runs = attach_theory(runs, eq)
     summary = dict(extension=NAME, preset=preset, L=3, C=[list(c) for c in C3], A=general_L_A(3).tolist(),
                    sigmas={k: list(v) for k, v in P["sigmas"].items()}, alphas=list(P["alphas"]), omega=P["omega"],
                    quadrature=dict(kind="SobolRule", log2_n=P["log2_n"], n_replicas=P["n_replicas"]),
                    train_alphas=list(P["train_alphas"]), seeds=list(P["seeds"]), ds=list(P["ds"]),
                    phase_configs=configs)
-    outputs = ExtensionOutputs(theory=theory, runs=runs, thresholds=concat_tables(thresholds), summary=summary)
-    paths = outputs.write(out_dir)
-    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs, teacher_adjusted=True)))
-    paths.append(plot(outputs, os.path.join(out_dir, "general_L.png")))
-    return paths
+    return finish(ExtensionResult(theory=concat_tables(theories), runs=runs, thresholds=concat_tables(thresholds),
+                                  summary=summary))
+
+
+def finish(result: ExtensionResult) -> ExtensionResult:
+    """The parts derived from `theory` and `runs`: the equal-sigma SE at each run (of the branch it reached) and
+    the gaps of the seed means to it (`gaps.csv`)."""
+    th = result.theory
+    equal = {k: np.asarray(v)[np.asarray(th["sigma_setting"]) == "equal"] for k, v in th.items()}
+    runs = attach_reached_branch(result.runs, equal)
+    return dataclasses.replace(result, runs=runs, tables=dict(gaps=relative_gaps(runs, teacher_adjusted=True)))
+
+
+def figures(result: ExtensionResult) -> dict:
+    """`general_L.png` (`plot`)."""
+    return {"general_L.png": plot(result)}

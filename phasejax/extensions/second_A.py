@@ -1,4 +1,4 @@
-"""The paper's second positional matrix `A = [[0.3, 0.7], [0.8, 0.2]]` (issue 12, item 6; paper appendix E.2, Fig. 9).
+"""The paper's second positional matrix `A = [[0.3, 0.7], [0.8, 0.2]]` (paper appendix E.2, Fig. 9).
 
 This `A` is not token-swap symmetric (`P A P^T != A` with `P` the swap), so
 `phasejax.theory.branch_init("semantic", ...)` leaves `m` free. It does not
@@ -22,28 +22,27 @@ the asymmetric `A` (test in `tests/extensions/test_second_A.py`), while at
 `A` is therefore solved inside `m = 0` here (`semantic_branch_init`), which
 is also what the free-`m` solve converges to where it is stable.
 
-`main` builds the phase diagram (`phasejax.phase.phase_diagram`) of the second
+`compute` builds the phase diagram (`phasejax.phase.phase_diagram`) of the second
 `A`, compares its thresholds with the standard `A`'s, and trains tied students
 from positional and semantic inits at `omega = 0.3` (`phasejax.empirics.train_students`).
+Outputs and thresholds come from `phasejax.extensions._framework`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.empirics.metrics import adjusted_seed_mean, has_relative_scale
-from phasejax.empirics.sweep import TrainingGrid, TrainingRuns, train_students
-from phasejax.empirics.training import TrainConfig
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
-from phasejax.phase.diagram import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
+from phasejax.extensions._framework import (
+    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, finite_err, json_ready,
+    relative_gaps, seed_means, sub_options, tied_thresholds, train_tied,
+)
+from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.precision import uses_float64
-from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions
 from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.fields import Overlaps
@@ -53,31 +52,6 @@ from phasejax.theory.solver import SEConfig, branch_init
 from phasejax.theory.updates import hats_from_nodes, node_values
 
 NAME = "second_A"
-
-PRESETS = {
-    "cpu": dict(
-        alphas=(0.3, 0.6, 0.9, 1.05, 1.2, 1.5, 2.0, 2.5),
-        omegas=(0.0, 0.2, 0.3, 0.4),
-        log2_n=10, n_replicas=4,
-        train_alphas=(0.6, 1.05, 1.5, 2.0),
-        train_omega=0.3,
-        seeds=tuple(range(8)),
-        ds=(200, 400, 800, 1600),
-    ),
-    "gpu": dict(
-        alphas=tuple(np.round(np.arange(0.2, 3.01, 0.1), 6)),
-        omegas=tuple(np.round(np.arange(0.0, 0.61, 0.05), 6)),
-        log2_n=None, n_replicas=None,
-        train_alphas=(0.5, 0.7, 1.0, 1.3, 1.5, 1.7, 2.0, 2.5),
-        train_omega=0.3,
-        seeds=tuple(range(16)),
-        ds=(200, 400, 800, 1600, 3200),
-    ),
-}
-"""`cpu`: the committed results (8 alpha x 4 omega theory with `SobolRule(4, 2^10 x 4)`; 4 alpha x 2 inits x
-8 seeds x d in {200, 400, 800, 1600}); `gpu`: a finer theory grid (29 x 13) with the converged default rule
-(`SplitProductRule`, `log2_n=None`) and 16 seeds at five sizes up to 3200 (not run)."""
-
 
 def second_A_params(alpha=1.0, omega=0.3, *, A=PAPER_A_ASYMMETRIC, sigma=0.5, lam=0.01) -> TiedAttentionParams:
     """The paper's setting with the second matrix `A` (`(2, 2)`, rows summing to one)."""
@@ -147,228 +121,14 @@ def theory_diagram(alphas, omegas, params: TiedAttentionParams | None = None, *,
 
 
 # ----------------------------------------------------------------------------
-# Outputs shared by the extensions of this module and `general_L`
-# ----------------------------------------------------------------------------
-
-SE_KEYS = ("q", "m", "theta", "V", "train_loss", "test_error")
-"""Theory columns attached to every trained run as `<key>_se` and `<key>_se_err` (`NaN`: no fixed point there)."""
-
-
-@dataclasses.dataclass
-class ExtensionOutputs:
-    """The contract of an extension's outputs (numpy columns): `theory` (one row per SE fixed point),
-    `runs` (one row per trained student), `thresholds` (per `omega`) and a JSON `summary`.
-
-    `write(out_dir)` writes `theory.csv`, `runs.csv`, `thresholds.csv`, `summary.json`;
-    `ExtensionOutputs.load(out_dir)` reads them back (string columns stay strings)."""
-
-    theory: dict
-    runs: dict
-    thresholds: dict
-    summary: dict
-
-    FILES = ("theory.csv", "runs.csv", "thresholds.csv")
-
-    def write(self, out_dir: str) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
-        paths = [write_csv(os.path.join(out_dir, name), table)
-                 for name, table in zip(self.FILES, (self.theory, self.runs, self.thresholds))]
-        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), self.summary))
-        return paths
-
-    @classmethod
-    def load(cls, out_dir: str) -> "ExtensionOutputs":
-        tables = [read_csv(os.path.join(out_dir, name)) for name in cls.FILES]
-        return cls(*tables, summary=read_json(os.path.join(out_dir, "summary.json")))
-
-
-def theory_table(pd: PhaseDiagram, *, branch_only: bool = True) -> dict[str, np.ndarray]:
-    """`PhaseDiagram.points` as the `theory.csv` table: branch and status as names; by default only the
-    fixed point that is each subspace's branch (`is_branch`) at each `(omega, alpha)`."""
-    pts = {k: np.asarray(v) for k, v in pd.points.items()}
-    sel = pts["is_branch"].astype(bool) if branch_only else np.ones(len(pts["alpha"]), bool)
-    out = {k: v[sel] for k, v in pts.items()}
-    out["branch"] = np.asarray(PHASE_BRANCHES)[out["branch"].astype(int)]
-    out["status"] = status_names(out["status"])
-    first = ["alpha", "omega", "branch", "q", "m", "theta", "V", "train_loss", "test_error", "q_err", "m_err",
-             "theta_err", "V_err", "train_loss_err", "test_error_err", "status"]
-    return {k: out[k] for k in first + [k for k in out if k not in first]}
-
-
-def thresholds_table(pd: PhaseDiagram) -> dict[str, np.ndarray]:
-    """Per-`omega` thresholds of a diagram (`alpha_c`, `alpha_l`, errors, statuses, spinodals)."""
-    return {k: np.asarray(v) for k, v in pd.thresholds.items()}
-
-
-def attach_theory(runs: dict, theory: dict, branch_of_init=None) -> dict:
-    """Add `<key>_se`, `<key>_se_err` (`SE_KEYS`) and `se_branch` to `runs`: the SE fixed point at the run's
-    `(alpha, omega)` of the branch the run *reached* (its `solution` column, `classify_solution`: positional or
-    semantic), else of the branch named like its `init` (or `branch_of_init[init]`). NaN where the theory has
-    no converged fixed point there. (A run started positionally can escape an SE fixed point that is unstable
-    out of its subspace and end on the other branch: it is compared with the branch it reached.)"""
-    out = dict(runs)
-    n = len(runs["alpha"])
-    index = {(round(float(a), 9), round(float(w), 9), str(b)): i
-             for i, (a, w, b) in enumerate(zip(theory["alpha"], theory["omega"], theory["branch"]))}
-    for k in SE_KEYS:
-        out[k + "_se"] = np.full(n, np.nan)
-        out[k + "_se_err"] = np.full(n, np.nan)
-    out["se_branch"] = np.full(n, "none", dtype=object)
-    for j in range(n):
-        b = str(runs["init"][j])
-        b = branch_of_init.get(b, b) if branch_of_init else b
-        if "solution" in runs and str(runs["solution"][j]) in PHASE_BRANCHES:
-            b = str(runs["solution"][j])
-        i = index.get((round(float(runs["alpha"][j]), 9), round(float(runs["omega"][j]), 9), b))
-        if i is None or str(theory["status"][i]) != "converged":
-            continue
-        out["se_branch"][j] = b
-        for k in SE_KEYS:
-            out[k + "_se"][j] = theory[k][i]
-            out[k + "_se_err"][j] = theory[k + "_err"][i]
-    out["se_branch"] = out["se_branch"].astype(str)
-    return out
-
-
-def runs_table(training: TrainingRuns) -> dict[str, np.ndarray]:
-    """`TrainingRuns.runs` with names for `init`, `status`, `solution`; the overlap-based test error renamed
-    `test_error_from_overlaps` (the SE value is `test_error_se`); `m`, `theta` sign-fixed (`Q -> -Q` is a
-    symmetry): positive `theta` on semantic solutions, positive `m` otherwise."""
-    from phasejax.empirics.metrics import SOLUTIONS
-    from phasejax.empirics.students import INITS
-
-    r = {k: np.asarray(v) for k, v in training.runs.items()}
-    first = ["alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error"]
-    out = {k: r[k] for k in first}
-    out["init"] = np.asarray(INITS)[r["init"].astype(int)]
-    # Q and -Q are the same student (S(h) = S(-h)): fix the sign so that the overlap of the mechanism reached
-    # is positive (theta on semantic solutions, m otherwise); q, losses and errors do not depend on it
-    semantic = np.asarray(SOLUTIONS)[r["solution"].astype(int)] == "semantic"
-    sign = np.where(semantic, np.sign(r["theta"]), np.sign(r["m"]))
-    sign = np.where(sign == 0, 1.0, sign)
-    out["m"], out["theta"] = sign * r["m"], sign * r["theta"]
-    out["test_error_from_overlaps"] = r["test_error_theory"]
-    for k in ("n", "grad_norm", "steps", "converged", "cos_m", "cos_theta"):
-        out[k] = r[k]
-    out["status"] = status_names(r["status"])
-    out["solution"] = np.asarray(SOLUTIONS)[r["solution"].astype(int)]
-    return out
-
-
-def concat_tables(tables: list[dict]) -> dict:
-    """Row-concatenate tables with the same columns."""
-    return {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in tables[0]}
-
-
-BY_BRANCH = ("d", "se_branch", "alpha", "omega")
-"""Default grouping of runs: size, the branch the run reached (`attach_theory`), alpha, omega."""
-
-
-def seed_means(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH, *,
-               teacher_adjusted: bool = False):
-    """Mean and standard error over seeds of `keys`, grouped by `by`: a table with `<key>_mean`, `<key>_sem`,
-    `n_seeds` (distinct seeds; runs of one seed in a group, e.g. two inits reaching the same minimum, are
-    averaged first).
-
-    `teacher_adjusted=True` adds `<key>_adj_mean`, `<key>_adj_sem`: the seed mean with the teacher's norm as
-    control variate (`phasejax.empirics.adjusted_seed_mean`; the norm of each seed's rank-1 teacher is
-    recomputed from `seed` and `d`, so `runs` must have `seed` and `by` must hold `"d"`). NaN for groups with
-    fewer than `MIN_ADJUSTED_SEEDS` seeds. When `by` holds an outcome of the run (the default's
-    `se_branch`), the group's seeds are selected by it and their mean `rho` need not be 1: the adjusted
-    mean is then the fit's value at `rho = 1`, an extrapolation rather than a control variate of known
-    mean."""
-    if teacher_adjusted and ("d" not in by or "seed" not in runs):
-        raise ValueError(f"teacher_adjusted needs a 'seed' column and 'd' among the grouping columns, got "
-                         f"by={by!r}, columns {sorted(runs)}")
-    groups = {}
-    for j in range(len(runs["alpha"])):
-        groups.setdefault(tuple(runs[b][j] for b in by), []).append(j)
-    out = {b: [] for b in by}
-    stats = ("mean", "sem", "adj_mean", "adj_sem") if teacher_adjusted else ("mean", "sem")
-    out.update({f"{k}_{s}": [] for k in keys for s in stats})
-    out["n_seeds"] = []
-    for g, idx in groups.items():
-        for b, v in zip(by, g):
-            out[b].append(v)
-        # runs of one seed share the data set: two inits of a seed that reach the same minimum count once
-        seeds = np.asarray(runs["seed"])[idx] if "seed" in runs else np.arange(len(idx))
-        unique = np.unique(seeds)
-        for k in keys:
-            v_runs = np.asarray(runs[k], float)[idx]
-            v = np.asarray([np.mean(v_runs[seeds == s]) for s in unique])
-            out[k + "_mean"].append(np.mean(v))
-            out[k + "_sem"].append(np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan)
-            if teacher_adjusted:
-                a, e = adjusted_seed_mean(v_runs, seeds, int(g[by.index("d")]))
-                out[k + "_adj_mean"].append(a)
-                out[k + "_adj_sem"].append(e)
-        out["n_seeds"].append(len(unique))
-    return {k: np.asarray(v) for k, v in out.items()}
-
-
-def relative_gaps(runs: dict, keys=("q", "m", "theta", "train_loss", "test_error"), by=BY_BRANCH, *,
-                  teacher_adjusted: bool = False) -> dict:
-    """Per group `by` (default: `d`, the branch reached, `alpha`, `omega`): `|mean over seeds - SE| / |SE|` for
-    each key with a theory value (columns `<key>_gap`; NaN where the theory is missing or, for `m` and
-    `theta`, `|SE| < ZERO_OVERLAP_TOL`: an overlap that is zero in the limit, e.g. `m` on the semantic branch, has no
-    relative gap).
-
-    `teacher_adjusted=True` adds, from `seed_means(..., teacher_adjusted=True)`, the signed relative gap of the
-    teacher-adjusted mean `<key>_adj_gap = (adj_mean - SE) / |SE|` and its standard error `<key>_adj_gap_err =
-    adj_sem / |SE|` (the experiments' statistical error only; the SE's quadrature error is in `<key>_se_err`)."""
-    means = seed_means(runs, keys, by, teacher_adjusted=teacher_adjusted)
-    se = seed_means({**runs, **{k: runs[k + "_se"] for k in keys}}, keys, by)
-    out = {k: means[k] for k in tuple(by) + ("n_seeds",)}
-    for k in keys:
-        th, ex = se[k + "_mean"], means[k + "_mean"]
-        big = has_relative_scale(k, th)
-        den = np.where(big, np.abs(th), 1.0)
-        out[k + "_mean"], out[k + "_sem"], out[k + "_se"] = ex, means[k + "_sem"], th
-        out[k + "_gap"] = np.where(big, np.abs(ex - th) / den, np.nan)
-        if teacher_adjusted:
-            out[k + "_adj_mean"], out[k + "_adj_sem"] = means[k + "_adj_mean"], means[k + "_adj_sem"]
-            out[k + "_adj_gap"] = np.where(big, (means[k + "_adj_mean"] - th) / den, np.nan)
-            out[k + "_adj_gap_err"] = np.where(big, means[k + "_adj_sem"] / den, np.nan)
-    return out
-
-
-# ----------------------------------------------------------------------------
-# Experiments, figure, entry point
+# Outputs, figure
 # ----------------------------------------------------------------------------
 
 
-def train(params: TiedAttentionParams, alphas, omega: float, seeds, inits, d: int, *,
-          config: TrainConfig = TrainConfig(), quadrature_order: int = 8,
-          options: RunOptions | None = None) -> dict | None:
-    """Train tied students (L-BFGS to `||grad|| < gtol`) on `alphas x (omega,) x inits x seeds` at size `d`
-    (`phasejax.empirics.train_students`); returns the `runs_table` or `None` while chunks are missing."""
-    grid = TrainingGrid(alphas=tuple(alphas), omegas=(float(omega),), seeds=tuple(seeds), inits=tuple(inits), d=d)
-    out = train_students(grid, params, config=config, quadrature_order=quadrature_order, options=options)
-    return None if out is None else runs_table(out)
-
-
-def _sub_options(run_dir, name: str, progress: bool, chunk_size: int = 16) -> RunOptions:
-    return RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, name), progress=progress,
-                      chunk_size=chunk_size)
-
-
-def standard_thresholds(path: str = os.path.join("results", "phase_diagram", "thresholds.csv")) -> dict | None:
-    """The standard `A`'s committed thresholds (`phasejax phase-diagram`), or `None` when the file is absent."""
-    return read_csv(path) if os.path.exists(path) else None
-
-
-def _finite(err) -> np.ndarray:
-    """Error bars for plotting: non-finite half-widths (undetermined) drawn as 0."""
-    err = np.asarray(err, float)
-    return np.where(np.isfinite(err), err, 0.0)
-
-
-def plot(outputs: ExtensionOutputs, path: str, standard: dict | None = None, omega: float = 0.3) -> str:
+def plot(outputs: ExtensionResult, standard: dict | None = None, omega: float = 0.3):
     """Three panels: test error and overlaps along alpha at `omega` (SE lines, 95% quadrature bands;
     experiments: mean +- standard error over seeds), and `alpha_c(omega)`, `alpha_l(omega)` of both `A`."""
     from matplotlib.figure import Figure
-
-    from phasejax.plotting import save_figure
 
     th, runs = outputs.theory, outputs.runs
     fig = Figure(figsize=(15, 5.0), layout="constrained")
@@ -386,8 +146,8 @@ def plot(outputs: ExtensionOutputs, path: str, standard: dict | None = None, ome
             e = np.asarray(th[key + "_err"], float)[s][o]
             lab = f"SE {b}" if ax is ax_err else f"SE {b}: ${key if key != 'theta' else chr(92) + 'theta'}$"
             ax.plot(a[o], v, style, color=colors[b], label=lab)
-            ax.fill_between(a[o], v - _finite(e), v + _finite(e), color=colors[b], alpha=0.25)
-    means = seed_means(runs)
+            ax.fill_between(a[o], v - finite_err(e), v + finite_err(e), color=colors[b], alpha=0.25)
+    means = seed_means(runs, by=("d", "se_branch", "alpha", "omega"))
     ds = sorted(set(int(x) for x in means["d"]))
     markers = dict(zip(ds, ("s", "o", "^", "D")))
     for d in ds:
@@ -413,14 +173,14 @@ def plot(outputs: ExtensionOutputs, path: str, standard: dict | None = None, ome
     w = np.asarray(ts["omega"], float)
     for key, marker in (("alpha_c", "o"), ("alpha_l", "s")):
         v = np.asarray(ts[key], float)
-        e = _finite(np.asarray(ts[key + "_err"], float))
+        e = finite_err(np.asarray(ts[key + "_err"], float))
         ax_th.errorbar(v, w, xerr=e, color="C3", marker=marker, capsize=2,
                        label=f"second A: ${key.replace('alpha', chr(92) + 'alpha')}$")
         if standard is not None:
             ws = np.asarray(standard["omega"], float)
             keep = ws <= w.max() + 1e-9
             ax_th.errorbar(np.asarray(standard[key], float)[keep], ws[keep],
-                           xerr=_finite(np.asarray(standard[key + "_err"], float))[keep], color="0.4",
+                           xerr=finite_err(np.asarray(standard[key + "_err"], float))[keep], color="0.4",
                            marker=marker, mfc="white", ls="--", capsize=2,
                            label=f"standard A: ${key.replace('alpha', chr(92) + 'alpha')}$")
     ax_th.set(xlabel=r"$\alpha$", ylabel=r"$\omega$",
@@ -431,38 +191,45 @@ def plot(outputs: ExtensionOutputs, path: str, standard: dict | None = None, ome
     fig.suptitle("Second positional matrix A = [[0.3, 0.7], [0.8, 0.2]]: SE lines with 95% quadrature bands;\n"
                  "markers: trained students grouped by the branch they reached, mean $\\pm$ standard error over "
                  "seeds (filled: largest d)", fontsize=10)
-    return save_figure(fig, path)
+    return fig
 
 
-def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
-    """Theory (phase diagram and thresholds of the second `A`), experiments at `omega = 0.3`, figure.
-
-    Writes `theory.csv`, `runs.csv`, `thresholds.csv`, `summary.json`, `gaps.csv` (seed-averaged experiments
-    against SE per `(d, init, alpha)`) and `second_A.png` into `out_dir`; returns the paths."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    P = PRESETS[preset]
+def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
+            tied: dict | None = None) -> ExtensionResult:
+    """Theory (phase diagram of the second `A` on `alphas x omegas`), students at `train_omega` (both inits,
+    `train_alphas x seeds` at each of `ds`) of the preset `P`, resumable under `run_dir`; `tied`: the standard
+    `A`'s thresholds to compare with (default `tied_thresholds()`)."""
     params = second_A_params()
     rule = None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
     pd = theory_diagram(P["alphas"], P["omegas"], params, quadrature=rule,
-                        options=_sub_options(run_dir, "theory", progress, 4))
-    theory = theory_table(pd)
-    runs = concat_tables([train(params, P["train_alphas"], P["train_omega"], P["seeds"],
-                                ("positional", "semantic"), d, options=_sub_options(run_dir, f"train_d{d}", progress))
-                          for d in P["ds"]])
-    runs = attach_theory(runs, theory)
-    semantic = theory["branch"] == "semantic"
-    standard = standard_thresholds()
+                        options=sub_options(run_dir, "theory", progress, 4))
+    theory, thresholds = diagram_tables(pd)
+    inits = ("positional", "semantic")
+    runs = concat_tables([train_tied(params, P["train_alphas"], P["train_omega"], P["seeds"], inits, d,
+                                     options=sub_options(run_dir, f"train_d{d}", progress)) for d in P["ds"]])
+    standard = tied_thresholds() if tied is None else tied
     summary = dict(
         extension=NAME, preset=preset, A=[list(r) for r in PAPER_A_ASYMMETRIC], standard_A=[list(r) for r in PAPER_A],
         alphas=list(P["alphas"]), omegas=list(P["omegas"]), train_alphas=list(P["train_alphas"]),
-        train_omega=P["train_omega"], seeds=list(P["seeds"]), ds=list(P["ds"]),
-        semantic_max_abs_m=float(np.nanmax(np.abs(theory["m"][semantic]))) if semantic.any() else None,
-        phase_config=pd.config,
-        standard_thresholds={k: np.asarray(v).tolist() for k, v in standard.items()} if standard else None,
-    )
-    outputs = ExtensionOutputs(theory=theory, runs=runs, thresholds=thresholds_table(pd), summary=summary)
-    paths = outputs.write(out_dir)
-    paths.append(write_csv(os.path.join(out_dir, "gaps.csv"), relative_gaps(runs, teacher_adjusted=True)))
-    paths.append(plot(outputs, os.path.join(out_dir, "second_A.png"), standard, P["train_omega"]))
-    return paths
+        train_omega=P["train_omega"], seeds=list(P["seeds"]), ds=list(P["ds"]), semantic_max_abs_m=None,
+        phase_config=pd.config, standard_thresholds=json_ready(standard) if standard else None)
+    return finish(ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary))
+
+
+def finish(result: ExtensionResult) -> ExtensionResult:
+    """The parts derived from `theory` and `runs`: the SE at each run (of the branch it reached), the gaps of the
+    seed means to the SE per `(d, branch, alpha)` (`gaps.csv`), the largest `|m|` on the semantic branch."""
+    th = result.theory
+    runs = attach_reached_branch(result.runs, th)
+    semantic = np.asarray(th["branch"]) == "semantic"
+    summary = dict(result.summary, semantic_max_abs_m=float(np.nanmax(np.abs(th["m"][semantic])))
+                   if semantic.any() else None)
+    return dataclasses.replace(result, runs=runs, summary=summary,
+                               tables=dict(gaps=relative_gaps(runs, teacher_adjusted=True)))
+
+
+def figures(result: ExtensionResult) -> dict:
+    """`second_A.png` (`plot`), against the standard `A`'s thresholds recorded in the summary."""
+    standard = result.summary.get("standard_thresholds")
+    standard = {k: np.asarray(v) for k, v in standard.items()} if standard else None
+    return {"second_A.png": plot(result, standard, result.summary["train_omega"])}

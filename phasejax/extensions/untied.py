@@ -1,4 +1,4 @@
-"""Untied query and key, `W_Q != W_K`, each of rank 1 (issue 12 item 1; paper appendix C.10, Fig. 12).
+"""Untied query and key, `W_Q != W_K`, each of rank 1 (paper appendix C.10, Fig. 12).
 
 Theory (docs/theory.md section 10): stack `W = [W_Q, W_K]` (`d x 2`); the
 student is the rank-2 model of sections 2-4 with `S(h) = softmax(h_Q h_K^T)`
@@ -23,9 +23,6 @@ init, trained untied by L-BFGS), swept with `run_chunked`.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -35,26 +32,16 @@ from flax import nnx
 from phasejax.empirics.data import cast_params, generate_data, run_keys, sample_tokens, teacher_labels
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import UntiedAttention, positional_init, semantic_init
-from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
-from phasejax.extensions.rank2 import (
-    EXTENSION_SE_CONFIG,
-    ExtensionResult,
-    attach_theory,
-    continuation_table,
-    make_figure,
-    mark_global_minimum,
-    run_tasks,
-    scheme_config,
-    seed_means,
-    thresholds_table,
-    train_table,
+from phasejax.extensions._framework import (
+    EXTENSION_SE_CONFIG, ExtensionResult, agreement, attach_theory, branch_figure, branch_thresholds,
+    concat_tables, continuation_table, json_ready, mark_global_minimum, ordered, scheme_config, sub_options,
+    tied_thresholds, train_students_table, with_tied_thresholds,
 )
-from phasejax.plotting import save_figure
 from phasejax.precision import float64_scope
 from phasejax.sweep import RunOptions
 from phasejax.theory.fields import Overlaps
-from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric, validate_params
+from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric
 from phasejax.theory.quadrature import SobolRule
 from phasejax.theory.solver import BranchInit, SEConfig
 
@@ -62,18 +49,6 @@ Array = jax.Array
 
 NAME = "untied"
 INITS = ("positional", "semantic")
-
-PRESETS = {
-    "cpu": dict(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
-                run_alphas=(1.3, 2.1, 2.9), run_omegas=(0.3,), seeds=tuple(range(8)), dims=(200, 800)),
-    "gpu": dict(alphas=tuple(np.round(np.arange(0.2, 3.01, 0.2), 10)), omegas=(0.0, 0.1, 0.2, 0.3, 0.4),
-                log2_n=12, n_replicas=4, run_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), run_omegas=(0.0, 0.3),
-                seeds=(0, 1, 2, 3, 4), dims=(200, 400, 800, 1600)),
-}
-"""`cpu`: the committed results (2 cores); `gpu`: a larger grid (documented, not run)."""
-
-TIED_THRESHOLDS = os.path.join("results", "phase_diagram", "thresholds.csv")
-
 
 AGREEMENT_KEYS = ("test_error", "train_loss", "q", "m", "theta")
 """Quantities compared with the SE per `(d, alpha, init)` in `summary.json`'s `agreement` (query-side overlaps)."""
@@ -182,68 +157,46 @@ def train_untied(alphas, omegas, seeds, *, d: int, params: TiedAttentionParams |
                  options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """Train untied students for every `(omega, alpha, init, seed)` at dimension `d` (`untied_run`)."""
     params = untied_params() if params is None else params
-    validate_params(params)
-    for om in np.atleast_1d(omegas):
-        validate_params(params.replace(omega=jnp.asarray(float(om))))
-    tasks = run_tasks(alphas, omegas, seeds, inits, d, INITS)
-    n_max = int(tasks["n"].max())
-    one = functools.partial(untied_run, params=params, d=d, n_max=n_max, config=config, n_test=n_test)
-    cfg = dict(kind="untied_runs", d=d, n_max=n_max, n_test=n_test, train=dataclasses.asdict(config),
-               problem=problem_config(params))
-    return train_table(one, tasks, cfg, d, INITS, options)
+    return train_students_table(untied_run, params, alphas, omegas, seeds, d=d, inits=inits, init_names=INITS,
+                                kind="untied_runs", config=config, n_test=n_test, options=options)
 
 
-def read_tied_thresholds(path: str = TIED_THRESHOLDS) -> dict | None:
-    """The tied model's `alpha_c(omega)` with errors (`results/phase_diagram/thresholds.csv`), or None."""
-    from phasejax.io import read_csv
-
-    return read_csv(path) if os.path.exists(path) else None
-
-
-def compare_thresholds(untied: dict, tied: dict | None) -> dict[str, np.ndarray]:
-    """`untied` thresholds with the tied `alpha_c` at the same omega and the shift
-    `alpha_c_untied - alpha_c_tied` (error: the two errors added in quadrature)."""
-    out = dict(untied)
-    n = len(untied["omega"])
-    tied_ac, tied_err = np.full(n, np.nan), np.full(n, np.nan)
-    if tied is not None:
-        for i, om in enumerate(untied["omega"]):
-            j = np.flatnonzero(np.isclose(np.asarray(tied["omega"], float), om))
-            if j.size:
-                tied_ac[i] = float(tied["alpha_c"][j[0]])
-                tied_err[i] = float(tied["alpha_c_err"][j[0]])
-    out.update(alpha_c_tied=tied_ac, alpha_c_tied_err=tied_err, shift=untied["alpha_c"] - tied_ac,
-               shift_err=np.hypot(untied["alpha_c_err"], tied_err))
-    return out
+THEORY_FIRST = ("alpha", "omega", "init", "branch")
+RUNS_FIRST = ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error", "train_loss_theory",
+              "test_error_theory", "n", "grad_norm", "steps", "status")
+"""Leading columns of `runs.csv` (the query-side overlaps with the tied model's names first)."""
 
 
-def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
-    """Theory (both branches), experiments (both inits, `dims`), thresholds vs the tied ones, figure."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    P = PRESETS[preset]
+def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
+            tied: dict | None = None) -> ExtensionResult:
+    """Theory (both branches on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (both inits on
+    `run_alphas x run_omegas x seeds` at each of `dims`) of the preset `P`, resumable under `run_dir`; `tied`:
+    the tied model's thresholds to compare with (default `tied_thresholds()`)."""
     params = untied_params()
-    opts = lambda sub, chunk: RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, sub),  # noqa
-                                          chunk_size=chunk, progress=progress)
     rule = SobolRule.create(6, P["log2_n"], P["n_replicas"])
-    theory = untied_theory(P["alphas"], P["omegas"], params=params, quadrature=rule, options=opts("theory", 1))
-    runs = [train_untied(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
-                         options=opts(f"runs_d{d}", 12)) for d in P["dims"]]
-    runs = {k: np.concatenate([r[k] for r in runs]) for k in runs[0]}
-    runs = attach_theory(runs, theory, keys=AGREEMENT_KEYS)
-    thresholds = compare_thresholds(thresholds_table(theory, params), read_tied_thresholds())
-    from phasejax.extensions.rank2 import agreement
-
-    summary = dict(extension=NAME, preset=preset, presets=P, rule=scheme_config(rule),
-                   agreement=agreement(runs, AGREEMENT_KEYS, teacher_adjusted=True),
-                   thresholds={k: np.asarray(v).tolist() for k, v in thresholds.items()})
-    result = ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary)
-    paths = result.write(out_dir)
-    fig = make_figure(result, title="Untied query and key ($W_Q \\neq W_K$, rank 1 each): both branches",
-                      inits=INITS, thresholds=True)
-    paths.append(save_figure(fig, os.path.join(out_dir, "untied.png")))
-    return paths
+    theory = untied_theory(P["alphas"], P["omegas"], params=params, quadrature=rule,
+                           options=sub_options(run_dir, "theory", progress, 1))
+    runs = concat_tables([train_untied(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
+                                       options=sub_options(run_dir, f"runs_d{d}", progress, 12)) for d in P["dims"]])
+    return finish(ExtensionResult(theory=theory, runs=runs, thresholds={}, summary=dict(
+        extension=NAME, preset=preset, presets=P, rule=scheme_config(rule))), tied=tied)
 
 
-__all__ = ["INITS", "NAME", "PRESETS", "compare_thresholds", "main", "seed_means", "tied_embedding", "train_untied",
-           "untied_columns", "untied_init", "untied_params", "untied_run", "untied_student", "untied_theory"]
+def finish(result: ExtensionResult, *, tied: dict | None = None) -> ExtensionResult:
+    """The parts derived from `theory` and `runs`: theory at each run, thresholds against the tied model's
+    (`tied`, default `tied_thresholds()`), agreement per `(d, alpha, init)`."""
+    th = result.theory
+    runs = attach_theory(result.runs, th, AGREEMENT_KEYS, branch=result.runs["init"], branch_column="init",
+                         usable=np.asarray(th["converged"]).astype(bool))
+    thresholds = with_tied_thresholds(branch_thresholds(th, untied_params()),
+                                      tied_thresholds() if tied is None else tied)
+    summary = dict(result.summary, agreement=agreement(runs, AGREEMENT_KEYS, teacher_adjusted=True),
+                   thresholds=json_ready(thresholds))
+    return ExtensionResult(theory=ordered(th, THEORY_FIRST), runs=ordered(runs, RUNS_FIRST), thresholds=thresholds,
+                           summary=summary)
+
+
+def figures(result: ExtensionResult) -> dict:
+    """`untied.png`: both losses of both branches and students, and `alpha_c(omega)` against the tied model's."""
+    return {"untied.png": branch_figure(result, inits=INITS, thresholds=True,
+                                        title="Untied query and key ($W_Q \\neq W_K$, rank 1 each): both branches")}

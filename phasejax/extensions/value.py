@@ -1,4 +1,4 @@
-"""Tied attention with a low-rank trainable value matrix (issue 12 item 4; paper appendix C.10, Fig. 13).
+"""Tied attention with a low-rank trainable value matrix (paper appendix C.10, Fig. 13).
 
 The paper's main student is `f_Q(x) = softmax(h h^T) (x + p)` with
 `h = (x + p) Q / sqrt(d)` and the identity as value matrix. Appendix C.10
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -54,9 +53,11 @@ from phasejax.empirics.data import (
 )
 from phasejax.empirics.metrics import classify_solution, fresh_test_error
 from phasejax.empirics.students import init_weights
-from phasejax.empirics.sweep import read_runs_csv, write_runs_csv
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.io import atomic_write_json, read_json, write_csv
+from phasejax.extensions._framework import (
+    ExtensionResult, attach_theory, concat_tables, diagram_tables, draw_band, empirical_alpha_c, ordered,
+    paired_gap, seed_means, sub_options,
+)
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
@@ -80,6 +81,9 @@ RUN_COLUMNS = ("alpha", "omega", "seed", "init", "model", "d", "value_rank", "m"
 u_1 / d` (the correction along the positional direction), `value_teacher = Q*^T W_a W_b^T Q* / (d ||Q*||^2)`
 (along the teacher); `train_loss = R / n` per sample... see `value_run`; `*_tied_theory`: the tied SE branch
 of the run's init at its `(alpha, omega)` (NaN where there is none)."""
+
+DOCUMENTS = ("value_runs",)
+"""Extra JSON files of the bundle: `value_runs.json`, the configuration of the sweeps."""
 
 _NAMED = {"init": VALUE_INITS, "model": MODELS, "solution": ("positional", "semantic", "neither")}
 
@@ -279,43 +283,9 @@ def _problem_config(params: TiedAttentionParams) -> dict:
                 target=params.target, student_fn=params.student)
 
 
-@dataclasses.dataclass
-class ValueRuns:
-    """Runs of `value_sweep`: `runs` (columns `RUN_COLUMNS`, numpy; codes for init/model/solution/status)
-    and `config` (JSON). `write(out_dir)` writes `runs.csv` and `value_runs.json`; `load(out_dir)` reads them."""
-
-    runs: dict
-    config: dict
-
-    def write(self, out_dir: str) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
-        return [write_runs_csv(self.runs, os.path.join(out_dir, "runs.csv"), columns=RUN_COLUMNS, named=_NAMED),
-                atomic_write_json(os.path.join(out_dir, "value_runs.json"), dict(config=self.config))]
-
-    @classmethod
-    def from_csv(cls, path: str) -> "ValueRuns":
-        runs = read_runs_csv(path, columns=RUN_COLUMNS, named=_NAMED,
-                             integers=("seed", "d", "value_rank", "n", "steps"))
-        return cls(runs=runs, config={})
-
-    @classmethod
-    def load(cls, out_dir: str) -> "ValueRuns":
-        out = cls.from_csv(os.path.join(out_dir, "runs.csv"))
-        out.config = read_json(os.path.join(out_dir, "value_runs.json"))["config"]
-        return out
-
-    @classmethod
-    def concatenate(cls, parts) -> "ValueRuns":
-        parts = list(parts)
-        if not parts:
-            raise ValueError("parts must hold at least one ValueRuns")
-        return cls(runs={k: np.concatenate([np.asarray(p.runs[k]) for p in parts]) for k in RUN_COLUMNS},
-                   config=dict(parts=[p.config for p in parts]))
-
-
 def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, value_rank: int = 1,
                 value_lam: float = 0.0, config: TrainConfig = TrainConfig(), n_test: int = 1000, dtype=jnp.float32,
-                options: RunOptions | None = None) -> ValueRuns | None:
+                options: RunOptions | None = None) -> tuple[dict, dict] | None:
     """Train every run of `grid` (tied and value students on the same data), vmapped and chunked.
 
     Args:
@@ -326,8 +296,9 @@ def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, v
         `||V||_F = 1e-11`); config: `TrainConfig` (default L-BFGS).
       n_test: fresh test sequences per run; dtype: float32 (default) or float64.
       options: `RunOptions` (run directory for resuming, chunk size, devices, hosts).
-    Returns: `ValueRuns` (the `*_tied_theory` columns NaN; `attach_tied_theory` fills them), or `None` while
-      chunks are missing.
+    Returns: `(runs, config)`: the runs (columns `RUN_COLUMNS`, names for init, model, solution and status; the
+      `*_tied_theory` columns NaN, `attach_tied_theory` fills them) and the sweep's configuration (JSON), or
+      `None` while chunks are missing.
     """
     if not isinstance(grid, ValueGrid):
         raise ValueError(f"grid must be a ValueGrid, got {type(grid).__name__}")
@@ -362,11 +333,14 @@ def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, v
     runs["converged"] = runs["converged"].astype(bool)
     runs["train_loss_tied_theory"] = np.full(size, np.nan)
     runs["test_error_tied_theory"] = np.full(size, np.nan)
-    return ValueRuns(runs={k: runs[k] for k in RUN_COLUMNS}, config=canonical_config(cfg))
+    for k, names in _NAMED.items():
+        runs[k] = np.asarray(names)[runs[k].astype(int)]
+    runs["status"] = status_names(runs["status"])
+    return {k: runs[k] for k in RUN_COLUMNS}, canonical_config(cfg)
 
 
 # ----------------------------------------------------------------------------
-# Reference theory, thresholds, figure, main
+# Reference theory, thresholds, outputs, figure
 # ----------------------------------------------------------------------------
 
 THRESHOLD_COLUMNS = ("omega", "source", "model", "d", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l",
@@ -375,58 +349,20 @@ THRESHOLD_COLUMNS = ("omega", "source", "model", "d", "alpha_c", "alpha_c_err", 
 or `experiment` (seed-averaged crossing, 95% bootstrap half-width over seeds); `model` tied or value."""
 
 
-def crossing(alphas, delta) -> tuple[float, str]:
-    """First `alpha` where `delta (n_alpha,)` goes from > 0 to <= 0, linearly interpolated, and a status:
-    `in_grid`, `below_grid` (`delta <= 0` at the first alpha), `above_grid` (never <= 0), `undetermined` (NaN)."""
-    a, v = np.asarray(alphas, float), np.asarray(delta, float)
-    if not np.all(np.isfinite(v)):
-        return float("nan"), "undetermined"
-    if v[0] <= 0:
-        return float("nan"), "below_grid"
-    idx = np.flatnonzero(v <= 0)
-    if idx.size == 0:
-        return float("nan"), "above_grid"
-    j = int(idx[0])
-    return float(a[j - 1] + (a[j] - a[j - 1]) * v[j - 1] / (v[j - 1] - v[j])), "in_grid"
-
-
-def empirical_alpha_c(alphas, delta_by_seed, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, str]:
-    """`alpha_c` where the seed mean of `delta_by_seed (n_seeds, n_alpha)` (= e_t(semantic) - e_t(positional),
-    paired by seed) crosses 0, with a 95% bootstrap half-width over seeds (resampled with replacement;
-    NaN when fewer than half of the resamples cross inside the grid)."""
-    delta = np.asarray(delta_by_seed, float)
-    value, status = crossing(alphas, delta.mean(axis=0))
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, delta.shape[0], size=(n_boot, delta.shape[0]))
-    boot = np.asarray([crossing(alphas, delta[k].mean(axis=0))[0] for k in picks])
-    ok = np.isfinite(boot)
-    err = float("nan")
-    if ok.mean() >= 0.5 and delta.shape[0] > 1:
-        lo, hi = np.percentile(boot[ok], [2.5, 97.5])
-        err = float((hi - lo) / 2)
-    return value, err, status
-
-
 def experiment_thresholds(runs: dict) -> dict[str, list]:
-    """Empirical `alpha_c` per `(omega, d, model)` from `runs` (codes; see `empirical_alpha_c`)."""
+    """Empirical `alpha_c` per `(omega, d, model)` of `runs` (names for init and model): where the seed mean of
+    `e_t(semantic) - e_t(positional)` crosses zero (`_framework.empirical_alpha_c`)."""
     out = {k: [] for k in THRESHOLD_COLUMNS}
     r = {k: np.asarray(v) for k, v in runs.items()}
     for w in np.unique(r["omega"]):
         for d in np.unique(r["d"]):
             for g in np.unique(r["model"]):
                 sel = (r["omega"] == w) & (r["d"] == d) & (r["model"] == g)
-                alphas = np.unique(r["alpha"][sel])
-                seeds = np.unique(r["seed"][sel])
-                delta = np.full((len(seeds), len(alphas)), np.nan)
-                for i, s in enumerate(seeds):
-                    for j, a in enumerate(alphas):
-                        m = sel & (r["seed"] == s) & (r["alpha"] == a)
-                        pos, sem = m & (r["init"] == 0), m & (r["init"] == 1)
-                        if pos.any() and sem.any():
-                            delta[i, j] = r["train_loss"][sem][0] - r["train_loss"][pos][0]
-                ac, err, status = empirical_alpha_c(alphas, delta)
-                for k, v in zip(THRESHOLD_COLUMNS, (float(w), "experiment", MODELS[int(g)], int(d), ac, err, status,
-                                                    float("nan"), float("nan"), "not_computed", len(seeds))):
+                alphas, delta = paired_gap(r, sel)
+                t = empirical_alpha_c(alphas, delta)
+                for k, v in zip(THRESHOLD_COLUMNS, (float(w), "experiment", str(g), int(d), t["alpha_c"],
+                                                    t["alpha_c_err"], t["alpha_c_status"], float("nan"),
+                                                    float("nan"), "not_computed", int(delta.shape[0]))):
                     out[k].append(v)
     return out
 
@@ -439,44 +375,13 @@ def theory_reference(alphas, omegas, params: TiedAttentionParams | None = None, 
     return phase_diagram(PhaseGrid(tuple(alphas), tuple(omegas)), params, options=options)
 
 
-def theory_points(pd) -> dict[str, np.ndarray]:
-    """The branch rows of a `PhaseDiagram.points` (one per `omega, alpha, branch`; names for branch/status)."""
-    from phasejax.phase.diagram import PHASE_BRANCHES
-
-    pts = {k: np.asarray(v) for k, v in pd.points.items()}
-    sel = pts["is_branch"].astype(bool)
-    out = {k: v[sel] for k, v in pts.items()}
-    out["branch"] = np.asarray(PHASE_BRANCHES)[out["branch"].astype(int)]
-    out["status"] = status_names(out["status"])
-    return out
-
-
 def attach_tied_theory(runs: dict, theory: dict) -> dict:
     """`runs` with `train_loss_tied_theory`, `test_error_tied_theory` from the tied SE branch of each run's init
-    at its `(omega, alpha)` (exact grid match; NaN where the branch has no fixed point there)."""
-    runs = dict(runs)
-    for col in ("train_loss", "test_error"):
-        vals = np.full(len(runs["alpha"]), np.nan)
-        for i, (w, a, c) in enumerate(zip(runs["omega"], runs["alpha"], runs["init"])):
-            m = (np.isclose(theory["omega"], w) & np.isclose(theory["alpha"], a)
-                 & (theory["branch"] == VALUE_INITS[int(c)]))
-            if m.any():
-                vals[i] = float(theory[col][m][0])
-        runs[col + "_tied_theory"] = vals
-    return runs
+    at its `(omega, alpha)` (NaN where the branch has no fixed point there)."""
+    return attach_theory(runs, theory, suffix="_tied_theory", branch=runs["init"])
 
 
-def _seed_stats(runs: dict, key: str, sel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    alphas = np.unique(runs["alpha"][sel])
-    mean, sem = [], []
-    for a in alphas:
-        v = np.asarray(runs[key][sel & (runs["alpha"] == a)], float)
-        mean.append(v.mean())
-        sem.append(v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else np.nan)
-    return alphas, np.asarray(mean), np.asarray(sem)
-
-
-def plot_value(runs: dict, theory: dict, thresholds: dict, path: str, *, omega: float, value_rank: int) -> str:
+def plot_value(result: ExtensionResult, *, omega: float, value_rank: int):
     """Fig. 13-style figure at one `omega`: training loss, test error, `m`, `theta` against `alpha`.
 
     Lines: tied state evolution (both branches, 95% quadrature bands). Markers: seed means (error bars: standard
@@ -484,10 +389,8 @@ def plot_value(runs: dict, theory: dict, thresholds: dict, path: str, *, omega: 
     (the smaller `d` as small faint markers). Dotted verticals: alpha_c (tied theory, black; experiments)."""
     from matplotlib.figure import Figure
 
-    from phasejax.plotting import save_figure
-
-    r = {k: np.asarray(v) for k, v in runs.items()}
-    th = {k: np.asarray(v) for k, v in theory.items()}
+    r = {k: np.asarray(v) for k, v in result.runs.items()}
+    th = {k: np.asarray(v) for k, v in result.theory.items()}
     colors = dict(positional="tab:blue", semantic="tab:red")
     fig = Figure(figsize=(11.5, 8.2))
     axes = fig.subplots(2, 2).ravel()
@@ -497,25 +400,22 @@ def plot_value(runs: dict, theory: dict, thresholds: dict, path: str, *, omega: 
     for ax, (key, label) in zip(axes, panels):
         for b, c in colors.items():
             sel = np.isclose(th["omega"], omega) & (th["branch"] == b)
-            a, v = th["alpha"][sel], th[key][sel]
-            e = th.get(key + "_err", np.zeros_like(v))[sel]
-            order = np.argsort(a)
-            ax.plot(a[order], v[order], color=c, lw=1.4, label=f"tied theory, {b}")
-            ax.fill_between(a[order], (v - e)[order], (v + e)[order], color=c, alpha=0.25, lw=0)
+            draw_band(ax, th["alpha"][sel], th[key][sel], th.get(key + "_err", np.zeros(len(th[key])))[sel],
+                      color=c, lw=1.4, label=f"tied theory, {b}")
         for d in ds:
             big = d == ds.max()
-            for init_code, b in enumerate(VALUE_INITS):
+            for b in VALUE_INITS:
                 for g, model in enumerate(MODELS):
-                    sel = np.isclose(r["omega"], omega) & (r["d"] == d) & (r["init"] == init_code) & (r["model"] == g)
+                    sel = np.isclose(r["omega"], omega) & (r["d"] == d) & (r["init"] == b) & (r["model"] == model)
                     if not sel.any():
                         continue
-                    a, mean, se = _seed_stats(r, key, sel)
+                    sm = seed_means({k: v[sel] for k, v in r.items()}, key, ("alpha",), sort=True)
                     shift = (-0.012 if g == 0 else 0.012) * (1 if big else 0.5)
-                    ax.errorbar(a + shift, mean, yerr=se, fmt="o" if g else "s", ms=6 if big else 3,
-                                mfc=colors[b] if g else "white", mec=colors[b], ecolor=colors[b],
+                    ax.errorbar(sm["alpha"] + shift, sm[f"{key}_mean"], yerr=sm[f"{key}_sem"], fmt="o" if g else "s",
+                                ms=6 if big else 3, mfc=colors[b] if g else "white", mec=colors[b], ecolor=colors[b],
                                 alpha=1.0 if big else 0.45, lw=1, capsize=2,
                                 label=f"{model} student, {b} init, d={d}" if key == "train_loss" else None)
-        t = {k: np.asarray(v) for k, v in thresholds.items()}
+        t = {k: np.asarray(v) for k, v in result.thresholds.items()}
         for i in range(len(t["alpha_c"])):
             if not np.isclose(t["omega"][i], omega) or not np.isfinite(t["alpha_c"][i]):
                 continue
@@ -533,76 +433,54 @@ def plot_value(runs: dict, theory: dict, thresholds: dict, path: str, *, omega: 
                  f"(error bars: standard error over seeds); verticals: $\\alpha_c$ tied theory (black dotted), "
                  f"experiments d={ds.max()} (grey: tied, green: value, dashed)", fontsize=9.5)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-PRESETS = {
-    # 2 cores: one omega, 5 alphas around the tied alpha_c(0.3) = 1.25, d in {200, 800}
-    # the value runs stop at max_steps (status max_iterations): the unpenalised value map converges slowly
-    # along low-curvature directions while the loss has long settled
-    "cpu": dict(omegas=(0.3,), alphas=(0.75, 1.0, 1.25, 1.5, 1.75), seeds={200: (0, 1, 2, 3), 800: (0, 1, 2)},
-                alphas_by_d={800: (1.0, 1.25, 1.5)},
-                theory_alphas=tuple(np.round(np.arange(0.5, 2.01, 0.1), 2)), value_rank=1,
-                train=TrainConfig(max_steps=1500)),
-    "gpu": dict(omegas=(0.1, 0.2, 0.3, 0.4), alphas=tuple(np.round(np.arange(0.5, 2.51, 0.125), 3)),
-                seeds={200: tuple(range(8)), 800: tuple(range(8)), 1600: tuple(range(5))},
-                theory_alphas=tuple(np.round(np.arange(0.3, 2.51, 0.05), 2)), value_rank=1,
-                train=TrainConfig(max_steps=10000)),
-}
-
-
-def main(out_dir: str, *, preset: str = "cpu", run_dir: str | None = None, progress: bool = True) -> list[str]:
-    """Run the `value` extension's preset and write theory.csv, runs.csv, thresholds.csv, the figure, summary.json."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    cfg = PRESETS[preset]
-    pd = theory_reference(cfg["theory_alphas"], cfg["omegas"], options=_sub_options(run_dir, "theory", progress))
-    return write_outputs(out_dir, theory_points(pd), pd.thresholds, run_experiments(cfg, run_dir, progress),
-                         preset=preset, theory_config=pd.config)
-
-
-def _sub_options(run_dir, name, progress) -> RunOptions:
-    return RunOptions(run_dir=None if run_dir is None else os.path.join(run_dir, name), progress=progress,
-                      chunk_size=8)
-
-
-def run_experiments(cfg: dict, run_dir: str | None, progress: bool) -> ValueRuns:
-    """The preset's sweeps, one per `d` (resumable under `run_dir/runs_d<d>`), concatenated."""
+def run_experiments(P: dict, run_dir: str | None, progress: bool) -> tuple[dict, dict]:
+    """The preset's sweeps, one per `d` (resumable under `run_dir/runs_d<d>`), concatenated: `(runs, config)`."""
     parts = []
-    for d, seeds in cfg["seeds"].items():
-        grid = ValueGrid(alphas=cfg.get("alphas_by_d", {}).get(d, cfg["alphas"]), omegas=cfg["omegas"],
-                         seeds=seeds, d=d)
-        parts.append(value_sweep(grid, value_rank=cfg["value_rank"], config=cfg["train"],
-                                 options=_sub_options(run_dir, f"runs_d{d}", progress)))
-    return ValueRuns.concatenate(parts)
+    for d, seeds in P["seeds"].items():
+        grid = ValueGrid(alphas=P.get("alphas_by_d", {}).get(d, P["alphas"]), omegas=P["omegas"], seeds=seeds, d=d)
+        parts.append(value_sweep(grid, value_rank=P["value_rank"], config=P["train"],
+                                 options=sub_options(run_dir, f"runs_d{d}", progress, 8)))
+    return concat_tables([p[0] for p in parts]), dict(parts=[p[1] for p in parts])
 
 
-def write_outputs(out_dir: str, theory: dict, theory_thresholds: dict, runs: ValueRuns, *, preset: str,
-                  theory_config: dict) -> list[str]:
-    """Attach the tied theory to the runs, derive the thresholds, write every output; returns the paths."""
-    cfg = PRESETS[preset]
-    runs.runs = attach_tied_theory(runs.runs, theory)
-    thresholds = experiment_thresholds(runs.runs)
-    t = {k: np.asarray(v) for k, v in theory_thresholds.items()}
+def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+    """The tied reference theory and the tied and value students of the preset `P` (resumable under `run_dir`)."""
+    pd = theory_reference(P["theory_alphas"], P["omegas"], options=sub_options(run_dir, "theory", progress, 8))
+    theory, theory_thresholds = diagram_tables(pd, first=("alpha", "omega", "branch"))
+    runs, runs_config = run_experiments(P, run_dir, progress)
+    t = theory_thresholds
+    thresholds = {k: [] for k in THRESHOLD_COLUMNS}
     for i, w in enumerate(t["omega"]):
         row = (float(w), "theory", "tied", 0, float(t["alpha_c"][i]), float(t["alpha_c_err"][i]),
                str(t["alpha_c_status"][i]), float(t["alpha_l"][i]), float(t["alpha_l_err"][i]),
                str(t["alpha_l_status"][i]), 0)
         for k, v in zip(THRESHOLD_COLUMNS, row):
-            thresholds[k].insert(i, v)
-    os.makedirs(out_dir, exist_ok=True)
-    paths = [write_csv(os.path.join(out_dir, "theory.csv"), theory,
-                       ["alpha", "omega", "branch"] + [k for k in theory if k not in ("alpha", "omega", "branch")])]
-    paths += runs.write(out_dir)
-    paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), thresholds, THRESHOLD_COLUMNS))
-    for w in cfg["omegas"]:
-        paths.append(plot_value(runs.runs, theory, thresholds, os.path.join(out_dir, f"value_omega_{w}.png"),
-                                omega=w, value_rank=cfg["value_rank"]))
-    paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), dict(
-        preset=preset, value_rank=cfg["value_rank"], omegas=list(cfg["omegas"]), alphas=list(cfg["alphas"]),
-        seeds={str(k): list(v) for k, v in cfg["seeds"].items()},
-        alphas_by_d={str(k): list(v) for k, v in cfg.get("alphas_by_d", {}).items()},
-        train=dataclasses.asdict(cfg["train"]), value_lam=0.0, theory=theory_config,
+            thresholds[k].append(v)
+    summary = dict(
+        preset=preset, value_rank=P["value_rank"], omegas=list(P["omegas"]), alphas=list(P["alphas"]),
+        seeds={str(k): list(v) for k, v in P["seeds"].items()},
+        alphas_by_d={str(k): list(v) for k, v in P.get("alphas_by_d", {}).items()},
+        train=dataclasses.asdict(P["train"]), value_lam=0.0, theory=pd.config,
         note="theory.csv is the tied model's state evolution (main setting), the reference: the value model has "
-             "no theory (paper, appendix C.10)")))
-    return paths
+             "no theory (paper, appendix C.10)")
+    return finish(ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary,
+                                  documents=dict(value_runs=dict(config=runs_config))))
+
+
+def finish(result: ExtensionResult) -> ExtensionResult:
+    """The parts derived from `theory` and `runs`: the tied theory at each run, the experiments' thresholds
+    (after the theory's rows of `result.thresholds`)."""
+    runs = attach_tied_theory(result.runs, result.theory)
+    theory_rows = np.asarray(result.thresholds["source"]) == "theory"
+    exp = experiment_thresholds(runs)
+    thresholds = {k: list(np.asarray(v, dtype=object)[theory_rows]) + exp[k] for k, v in result.thresholds.items()}
+    return dataclasses.replace(result, runs=ordered(runs, RUN_COLUMNS, only=True), thresholds=thresholds)
+
+
+def figures(result: ExtensionResult) -> dict:
+    """`value_omega_<omega>.png` per omega (`plot_value`)."""
+    rank = int(result.summary["value_rank"])
+    return {f"value_omega_{w}.png": plot_value(result, omega=w, value_rank=rank) for w in result.summary["omegas"]}

@@ -1,4 +1,4 @@
-"""L = 3 tokens (issue 12, item 5): the generic code path reduces to the L = 2 one, token-reversal invariance,
+"""L = 3 tokens: the generic code path reduces to the L = 2 one, token-reversal invariance,
 inputs, experiments against theory."""
 
 import os
@@ -12,11 +12,11 @@ from phasejax.extensions.general_L import (
     general_L_A,
     general_L_params,
     generic_dot_product_student,
-    main,
     reversed_problem,
     reversed_rule,
 )
-from phasejax.extensions.second_A import ExtensionOutputs, relative_gaps, se_map_at
+from phasejax.extensions._framework import ExtensionResult, relative_gaps
+from phasejax.extensions.second_A import se_map_at
 from phasejax.precision import float64_scope
 from phasejax.theory import SobolRule, make_params, token_swap_symmetric
 from phasejax.theory.fields import Overlaps
@@ -44,8 +44,7 @@ def test_general_L_A_is_symmetric_row_stochastic_and_reversal_invariant():
 @pytest.mark.parametrize("call, name", [(lambda: general_L_A(1), "L"), (lambda: general_L_A(3, 1.5), "diagonal"),
                                         (lambda: general_L_params(C=((1.0,), (-1.0,))), "C"),
                                         (lambda: general_L_params(sigma=(0.5, -0.4, 0.6)), "sigma"),
-                                        (lambda: general_L_params(-1.0), "alpha"),
-                                        (lambda: main("/tmp/unused", preset="tpu"), "preset")])
+                                        (lambda: general_L_params(-1.0), "alpha")])
 def test_bad_inputs_raise_value_errors_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
@@ -129,7 +128,7 @@ def test_committed_experiments_approach_theory_with_d():
     than at the smallest d by more than one standard error."""
     if not os.path.exists(os.path.join(RESULTS, "runs.csv")):
         pytest.skip("run `phasejax extension general_L` first")
-    out = ExtensionOutputs.load(RESULTS)
+    out = ExtensionResult.load(RESULTS)
     gaps = relative_gaps(out.runs, teacher_adjusted=True)
     sem = gaps["se_branch"] == "semantic"
     big, small = sem & (gaps["d"] == max(gaps["d"])), sem & (gaps["d"] == min(gaps["d"]))

@@ -9,18 +9,12 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from phasejax.empirics.training import TrainConfig
+from phasejax.extensions._framework import run_tasks
 from phasejax.extensions.rank2 import (
     INITS,
-    ExtensionResult,
-    agreement,
-    attach_theory,
     classify_fixed_point,
-    crossing_status,
-    crossing_with_error,
     init_columns,
     invariant_columns,
-    mark_global_minimum,
-    resolved_rows,
     overlap_mask,
     rank2_init,
     rank2_params,
@@ -28,8 +22,6 @@ from phasejax.extensions.rank2 import (
     rotate_nodes,
     rotate_overlaps,
     rotation,
-    run_tasks,
-    thresholds_table,
     train_rank2,
 )
 from phasejax.precision import float64_scope
@@ -106,81 +98,14 @@ def test_inits_gauge_and_validation():
     with pytest.raises(ValueError, match="alpha"):
         rank2_params(-1.0, 0.3)
     with pytest.raises(ValueError, match="d"):
-        run_tasks((1.0,), (0.3,), (0,), INITS, 0)
+        run_tasks((1.0,), (0.3,), (0,), INITS, 0, INITS)
     with pytest.raises(ValueError, match="inits"):
-        run_tasks((1.0,), (0.3,), (0,), ("foo",), 10)
+        run_tasks((1.0,), (0.3,), (0,), ("foo",), 10, INITS)
 
 
-def test_classify_and_crossing():
+def test_classify_fixed_points():
     assert list(classify_fixed_point([0.2, 0.0, 0.2, 0.0], [0.0, 0.3, 0.3, 0.0])) == [
         "positional", "semantic", "mixed", "agnostic"]
-    a = np.array([1.0, 2.0, 3.0])
-    ac, err = crossing_with_error(a, 1.5 - a, np.full(3, 0.1))     # delta = 1.5 - alpha: crosses at 1.5, slope -1
-    assert ac == pytest.approx(1.5) and err == pytest.approx(0.1)
-    assert np.isnan(crossing_with_error(a, a, np.zeros(3))[0])
-
-
-def test_crossing_status_and_global_minimum_on_constructed_tables():
-    assert crossing_status(1.2, [1.0, -1.0]) == "in_grid"
-    assert crossing_status(np.nan, [-1.0, -2.0]) == "below_grid"
-    assert crossing_status(np.nan, [1.0, 2.0]) == "above_grid"
-    assert crossing_status(np.nan, [1.0, np.nan]) == "undetermined"     # a missing point could hide the root
-    assert crossing_status(np.nan, [-1.0, 1.0]) == "no_crossing"
-    # two inits at three alphas; e_t(semantic) - e_t(positional) = 1.5 - alpha (a root at 1.5); at alpha = 3
-    # the semantic solve did not converge: no global minimum is marked there
-    a = np.array([1.0, 2.0, 3.0])
-    table = dict(alpha=np.concatenate([a, a]), omega=np.full(6, 0.3), init=np.array(["positional"] * 3 + ["semantic"] * 3),
-                 train_loss=np.concatenate([np.full(3, 2.0), 2.0 + 1.5 - a]), train_loss_err=np.full(6, 0.01),
-                 test_error=np.array([0.003, 0.003, 0.003, 0.0025, 0.0015, 0.001]), test_error_err=np.full(6, 1e-5),
-                 converged=np.array([True, True, True, True, True, False]))
-    gm = mark_global_minimum(table)["global_min"]
-    assert gm.tolist() == [True, False, False, False, True, False]   # positional at 1, semantic at 2, none at 3
-    with float64_scope():
-        ts = thresholds_table(mark_global_minimum(table), rank2_params())
-    assert float(ts["alpha_c"][0]) == pytest.approx(1.5) and float(ts["alpha_c_err"][0]) == pytest.approx(0.01 * 2**0.5)
-    assert ts["alpha_c_status"][0] == "in_grid"
-    # eps_lin(omega = 0.3) ~ 0.00197 lies between the global minimum's 0.003 (alpha 1) and 0.0015 (alpha 2)
-    assert 1.0 < float(ts["alpha_l"][0]) < 2.0 and ts["alpha_l_status"][0] == "in_grid"
-
-
-def test_a_stalled_solve_counts_only_within_its_uncertainty():
-    """Rows stopped at max_iterations near their fixed points take part when the lowest e_t is resolved."""
-    def table(e_sem, shift, gap):
-        # positional converged at e_t = 2.0; semantic stalled at e_sem, solver_shift, |e_t - energetic| = gap
-        return dict(alpha=np.array([1.0, 1.0]), omega=np.full(2, 0.3), init=np.array(["positional", "semantic"]),
-                    train_loss=np.array([2.0, e_sem]), train_loss_err=np.full(2, 0.01),
-                    energetic_loss=np.array([2.0, e_sem + gap]), converged=np.array([True, False]),
-                    status=np.array(["converged", "max_iterations"]), solver_shift=np.array([1e-9, shift]))
-    mark = lambda t: mark_global_minimum(t)["global_min"].tolist()  # noqa: E731
-    assert mark(table(1.9, 0.01, 0.001)) == [False, True]      # 1.9 + 0.011 < 2.0 - 0.01: resolved
-    assert mark(table(1.9, 0.01, 0.09)) == [False, False]      # the e_t gap makes it undetermined
-    assert mark(table(1.9, 0.2, 0.001)) == [False, False]      # too far from its fixed point
-    assert mark(table(2.1, 0.01, 0.001)) == [True, False]      # the converged row is resolved as the lowest
-    usable, unc = resolved_rows(table(1.9, 0.01, 0.05))
-    assert usable.tolist() == [True, True] and unc.tolist() == pytest.approx([0.01, 0.06])
-
-
-def test_agreement_adjusts_for_each_seeds_teacher():
-    """Runs whose `q` is exactly `0.1 rho(seed, d)` and whose theory row says 0.1: the adjusted mean is the
-    theory with no error, the plain mean is not; `attach_theory` fills the requested keys by `(alpha, init)`."""
-    from phasejax.empirics import teacher_norms
-
-    seeds = np.arange(5)
-    runs = dict(alpha=np.full(5, 1.3), omega=np.full(5, 0.3), init=np.full(5, "semantic"), d=np.full(5, 60),
-                seed=seeds, q=0.1 * teacher_norms(seeds, 60), test_error=np.full(5, 0.002))
-    theory = dict(alpha=np.array([1.3, 1.3]), omega=np.array([0.3, 0.3]), init=np.array(["positional", "semantic"]),
-                  converged=np.array([True, True]), q=np.array([0.05, 0.1]), test_error=np.array([0.003, 0.002]))
-    runs = attach_theory(runs, theory, keys=("q", "test_error"))
-    np.testing.assert_allclose(runs["q_theory"], 0.1)
-    (row,) = agreement(runs, ("q",), teacher_adjusted=True)
-    assert row["adj_mean"] == pytest.approx(0.1, rel=1e-6) and row["adj_sem"] < 1e-7
-    assert abs(row["adj_signed_dev"]) < 1e-5 and row["rel_dev"] > 1e-3
-    (plain,) = agreement(runs, ("test_error",))
-    assert "adj_mean" not in plain and plain["rel_dev"] == pytest.approx(0.0, abs=1e-12)
-    # an overlap that is zero in the theory (m on the semantic branch) has no relative deviation: NaN, not inf
-    runs = attach_theory({**runs, "m": np.full(5, 0.01)}, {**theory, "m": np.array([0.2, 0.0])}, keys=("m",))
-    (row,) = agreement(runs, ("m",), teacher_adjusted=True)
-    assert np.isnan(row["rel_dev"]) and np.isnan(row["adj_signed_dev"]) and row["theory"] == 0.0
 
 
 def test_init_columns_overlaps():
@@ -199,7 +124,7 @@ def test_init_columns_overlaps():
 def test_vmapped_runs_equal_single_runs():
     params = rank2_params()
     cfg = TrainConfig(max_steps=20)
-    tasks = run_tasks((0.5, 1.0), (0.3,), (0, 1), ("positional", "mixed"), 16)
+    tasks = run_tasks((0.5, 1.0), (0.3,), (0, 1), ("positional", "mixed"), 16, INITS)
     one = lambda s, a, w, i, n: rank2_run(s, a, w, i, n, params=params, d=16, n_max=16, config=cfg, n_test=50)  # noqa
     cols = [jnp.asarray(tasks[k]) for k in ("seed", "alpha", "omega", "init", "n")]
     batched = jax.jit(jax.vmap(one))(*cols)
@@ -209,30 +134,10 @@ def test_vmapped_runs_equal_single_runs():
             np.testing.assert_allclose(batched[k][j], single[k], rtol=2e-4, atol=1e-6)
 
 
-def test_result_round_trip(tmp_path):
-    theory = dict(alpha=np.array([1.0, 1.0]), omega=np.array([0.3, 0.3]), init=np.array(["positional", "mixed"]),
-                  branch=np.array(["positional", "mixed"]), train_loss=np.array([0.1, 0.2]),
-                  train_loss_err=np.array([1e-4, 2e-4]), converged=np.array([True, False]),
-                  status=np.array(["converged", "max_iterations"]))
-    runs = dict(alpha=np.array([1.0]), omega=np.array([0.3]), seed=np.array([0]), init=np.array(["mixed"]),
-                d=np.array([200]), test_error=np.array([0.01]))
-    res = ExtensionResult(theory=theory, runs=runs, thresholds=dict(omega=np.array([0.3]), alpha_c=np.array([1.2])),
-                          summary=dict(extension="rank2"))
-    res.write(str(tmp_path))
-    back = ExtensionResult.load(str(tmp_path))
-    for tab, orig in ((back.theory, theory), (back.runs, runs)):
-        for k, v in orig.items():
-            if v.dtype.kind in "fib":     # booleans are written as 0/1 and read back as integers
-                np.testing.assert_allclose(np.asarray(tab[k], float), v.astype(float))
-            else:
-                assert [str(x) for x in tab[k]] == [str(x) for x in v]
-    assert back.summary == res.summary
-
-
 @pytest.mark.slow
 def test_second_column_at_zero_reduces_to_rank_one():
     """r = 2 with the second column of Q held at zero (q0, m, V0 off-diagonal and second entries gauge-held) and
-    nodes embedding the r = 1 rule gives the r = 1 fixed point (the issue's reduction test)."""
+    nodes embedding the r = 1 rule gives the r = 1 fixed point (the reduction to rank one)."""
     with float64_scope():
         p1, p2 = make_params(1.4, 0.3), rank2_params(1.4, 0.3)
         gh = gauss_hermite(4, 5)
@@ -296,7 +201,8 @@ def test_smoothed_selection_converges_where_the_hard_one_stops():
     (theory notes, section 8.5)."""
     import dataclasses
 
-    from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, RANK2_SE_CONFIG, resolved_rows
+    from phasejax.extensions._framework import EXTENSION_SE_CONFIG, resolved_rows
+    from phasejax.extensions.rank2 import RANK2_SE_CONFIG
     from phasejax.theory.quadrature import SobolRule
 
     rule = SobolRule.create(6, 11, 4)

@@ -1,4 +1,4 @@
-"""Second positional matrix A (issue 12, item 6): m = 0 is invariant for any A, outputs, thresholds, experiments."""
+"""Second positional matrix A: m = 0 is invariant for any A, outputs, thresholds, experiments."""
 
 import os
 
@@ -7,16 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasejax.extensions.second_A import (
-    ExtensionOutputs,
-    attach_theory,
-    main,
-    mhat_at,
-    relative_gaps,
-    second_A_params,
-    seed_means,
-    semantic_branch_init,
-)
+from phasejax.extensions._framework import ExtensionResult, attach_reached_branch, relative_gaps, seed_means
+from phasejax.extensions.second_A import mhat_at, second_A_params, semantic_branch_init
 from phasejax.precision import float64_scope
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import PAPER_A, token_swap_symmetric
@@ -69,11 +61,6 @@ def test_bad_inputs_raise_value_errors_naming_the_parameter(kwargs, name):
         second_A_params(1.0, 0.3, **kwargs)
 
 
-def test_bad_preset_raises():
-    with pytest.raises(ValueError, match="preset"):
-        main("/tmp/unused", preset="tpu")
-
-
 def _toy_outputs():
     theory = dict(alpha=np.array([1.0, 1.0, 2.0]), omega=np.array([0.3] * 3),
                   branch=np.array(["positional", "semantic", "semantic"]), status=np.array(["converged"] * 3))
@@ -89,13 +76,13 @@ def _toy_outputs():
 
 def test_attach_theory_matches_branch_and_point_and_gaps_are_relative():
     theory, runs = _toy_outputs()
-    out = attach_theory(runs, theory)
+    out = attach_reached_branch(runs, theory)
     np.testing.assert_allclose(out["q_se"][:3], [0.2, 0.2, 0.3])
     assert np.isnan(out["q_se"][3])                    # no positional fixed point at alpha = 2
     gaps = relative_gaps(out)
     i = int(np.flatnonzero((gaps["alpha"] == 1.0) & (gaps["se_branch"] == "semantic"))[0])
     assert gaps["q_mean"][i] == pytest.approx(0.2) and gaps["q_gap"][i] == pytest.approx(0.0, abs=1e-12)
-    means = seed_means(out)
+    means = seed_means(out, by=("d", "se_branch", "alpha", "omega"))
     assert means["q_sem"][i] == pytest.approx(np.std([0.19, 0.21], ddof=1) / np.sqrt(2))
 
 
@@ -127,13 +114,13 @@ def test_teacher_adjusted_gaps_remove_the_draw_of_each_seeds_teacher():
 
 def test_outputs_round_trip(tmp_path):
     theory, runs = _toy_outputs()
-    runs = attach_theory(runs, theory)
+    runs = attach_reached_branch(runs, theory)
     th = dict(omega=np.array([0.0, 0.3]), alpha_c=np.array([0.7, np.nan]), alpha_c_status=np.array(["in_grid",
                                                                                                     "above_grid"]))
-    out = ExtensionOutputs(theory=theory, runs=runs, thresholds=th, summary=dict(a=1, b=[1.0, 2.0]))
+    out = ExtensionResult(theory=theory, runs=runs, thresholds=th, summary=dict(a=1, b=[1.0, 2.0]))
     paths = out.write(str(tmp_path))
     assert len(paths) == 4
-    back = ExtensionOutputs.load(str(tmp_path))
+    back = ExtensionResult.load(str(tmp_path))
     for mine, theirs in ((out.theory, back.theory), (out.runs, back.runs), (out.thresholds, back.thresholds)):
         assert list(mine) == list(theirs)
         for k in mine:
@@ -171,7 +158,7 @@ def test_committed_experiments_agree_with_theory_and_approach_it_with_d():
     path = os.path.join(RESULTS, "runs.csv")
     if not os.path.exists(path):
         pytest.skip("run `phasejax extension second_A` first")
-    out = ExtensionOutputs.load(RESULTS)
+    out = ExtensionResult.load(RESULTS)
     gaps = relative_gaps(out.runs, teacher_adjusted=True)
     big, small = gaps["d"] == max(gaps["d"]), gaps["d"] == min(gaps["d"])
     for k in ("test_error", "train_loss"):

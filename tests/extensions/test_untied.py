@@ -9,10 +9,9 @@ import pytest
 
 from phasejax.empirics.students import UntiedAttention
 from phasejax.empirics.training import TrainConfig
-from phasejax.extensions.rank2 import run_tasks
+from phasejax.extensions._framework import run_tasks
 from phasejax.extensions.untied import (
     INITS,
-    compare_thresholds,
     tied_embedding,
     untied_init,
     untied_params,
@@ -109,16 +108,6 @@ def test_inits_and_validation():
         untied_params(1.0, 1.5)
     with pytest.raises(ValueError, match="inits"):
         run_tasks((1.0,), (0.3,), (0,), ("mixed",), 10, INITS)
-
-
-def test_compare_thresholds():
-    untied = dict(omega=np.array([0.0, 0.3]), alpha_c=np.array([0.7, 1.5]), alpha_c_err=np.array([0.03, 0.04]))
-    tied = dict(omega=np.array([0.0, 0.1, 0.3]), alpha_c=np.array([0.62, 0.75, 1.25]),
-                alpha_c_err=np.array([0.004, 0.001, 0.003]))
-    out = compare_thresholds(untied, tied)
-    np.testing.assert_allclose(out["shift"], [0.08, 0.25])
-    np.testing.assert_allclose(out["shift_err"], np.hypot([0.03, 0.04], [0.004, 0.003]))
-    assert np.isnan(compare_thresholds(untied, None)["shift"]).all()
 
 
 def test_vmapped_runs_equal_single_runs():

@@ -1,4 +1,4 @@
-"""Extension `value` (issue 12 item 4): tied attention with a low-rank trainable value map, experiments only."""
+"""Extension `value`: tied attention with a low-rank trainable value map, experiments only."""
 
 import os
 
@@ -15,14 +15,12 @@ from phasejax.extensions.value import (
     RUN_COLUMNS,
     TiedValueAttention,
     ValueGrid,
-    ValueRuns,
-    crossing,
-    empirical_alpha_c,
     experiment_thresholds,
     value_risk,
     value_run,
     value_sweep,
 )
+from phasejax.extensions._framework import ExtensionResult
 from phasejax.theory import make_params
 
 COMMITTED = os.path.join(os.path.dirname(__file__), "..", "..", "results", "extensions", "value")
@@ -80,7 +78,7 @@ def test_vmapped_sweep_equals_runs_one_by_one_and_write_load_round_trip(tmp_path
     params = make_params(1.0, 0.0)
     grid = ValueGrid(alphas=(1.0,), omegas=(0.3,), seeds=(1,), inits=("semantic",), d=16)
     cfg = TrainConfig(max_steps=30)
-    runs = value_sweep(grid, params, config=cfg, n_test=50)
+    runs, config = value_sweep(grid, params, config=cfg, n_test=50)
     t = grid.tasks()
     one = jax.jit(lambda s, a, w, i, g, n: value_run(s, a, w, i, g, params=params, d=grid.d, n_max=grid.n_max,
                                                      config=cfg, n_test=50, n=n))
@@ -88,15 +86,17 @@ def test_vmapped_sweep_equals_runs_one_by_one_and_write_load_round_trip(tmp_path
         r = one(*(t[k][i] for k in ("seed", "alpha", "omega", "init", "model", "n")))
         # float32 reductions in another order: L-BFGS line searches amplify rounding to ~1e-4 relative
         for k in ("m", "theta", "q", "train_loss", "test_error", "value_norm"):
-            np.testing.assert_allclose(runs.runs[k][i], float(r[k]), rtol=2e-3, atol=1e-5, err_msg=k)
-    assert set(np.asarray(runs.runs["model"]).tolist()) == {0, 1}
-    assert np.all(runs.runs["value_norm"][runs.runs["model"] == 0] == 0)
-    assert np.all(runs.runs["value_norm"][runs.runs["model"] == 1] > 0)   # the value map did train
-    runs.write(str(tmp_path))
-    back = ValueRuns.load(str(tmp_path))
-    assert back.config == runs.config
+            np.testing.assert_allclose(runs[k][i], float(r[k]), rtol=2e-3, atol=1e-5, err_msg=k)
+    assert set(np.asarray(runs["model"]).tolist()) == set(MODELS)
+    assert np.all(runs["value_norm"][runs["model"] == "tied"] == 0)
+    assert np.all(runs["value_norm"][runs["model"] == "value"] > 0)   # the value map did train
+    ExtensionResult(theory=dict(alpha=[1.0], omega=[0.3]), runs=runs, thresholds=dict(alpha_c=[np.nan]), summary={},
+                    documents=dict(value_runs=dict(config=config))).write(str(tmp_path))
+    back = ExtensionResult.load(str(tmp_path), documents=("value_runs",))
+    assert back.documents["value_runs"]["config"] == config
+    assert list(back.runs) == list(RUN_COLUMNS)
     for k in RUN_COLUMNS:
-        a, b = np.asarray(runs.runs[k]), np.asarray(back.runs[k])
+        a, b = np.asarray(runs[k]), np.asarray(back.runs[k])
         if a.dtype.kind == "f":
             np.testing.assert_allclose(b, a, rtol=1e-12, equal_nan=True, err_msg=k)
         else:
@@ -122,43 +122,30 @@ def test_bad_sweep_arguments_raise_value_errors_naming_the_parameter():
         value_sweep("grid")
     with pytest.raises(ValueError, match="n_test"):
         value_sweep(grid, n_test=0)
-    with pytest.raises(ValueError, match="preset"):
-        from phasejax.extensions.value import main
-
-        main("/nonexistent", preset="huge")
 
 
-def test_crossing_and_bootstrap_on_constructed_data():
+def test_experiment_thresholds_on_constructed_data():
+    """Paired runs whose semantic training loss beats the positional one from alpha = 1.75 on."""
     alphas = np.array([1.0, 1.5, 2.0, 2.5])
-    # delta = 1.75 - alpha for every seed plus seed noise of zero mean: crosses at 1.75 exactly
-    noise = np.array([[0.05], [-0.05], [0.02], [-0.02]])
-    delta = (1.75 - alphas)[None, :] + noise
-    ac, err, status = empirical_alpha_c(alphas, delta)
-    assert status == "in_grid" and abs(ac - 1.75) < 1e-12
-    assert 0 < err < 0.1
-    assert crossing(alphas, alphas - 0.5)[1] == "above_grid"
-    assert crossing(alphas, 0.5 - alphas)[1] == "below_grid"
-    assert crossing(alphas, [1.0, np.nan, 0, 0])[1] == "undetermined"
-    # paired table -> thresholds: semantic beats positional from alpha = 1.75 on
     rows = {k: [] for k in ("omega", "d", "model", "seed", "alpha", "init", "train_loss")}
     for s in range(3):
         for a in alphas:
             for init in (0, 1):
-                for k, v in zip(rows, (0.3, 100, 1, s, a, init, 1.0 + (1.75 - a) * init)):
+                for k, v in zip(rows, (0.3, 100, "value", s, a, ("positional", "semantic")[init],
+                                       1.0 + (1.75 - a) * init)):
                     rows[k].append(v)
     th = experiment_thresholds({k: np.asarray(v) for k, v in rows.items()})
-    assert th["model"] == [MODELS[1]] and abs(th["alpha_c"][0] - 1.75) < 1e-12
+    assert th["model"] == [MODELS[1]] and abs(th["alpha_c"][0] - 1.75) < 1e-12 and th["n_seeds"] == [3]
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(COMMITTED, "runs.csv")), reason="no committed outputs")
 def test_committed_outputs_load_and_the_tied_runs_agree_with_theory_at_the_largest_d():
-    runs = ValueRuns.load(COMMITTED)
-    r = runs.runs
+    r = ExtensionResult.load(COMMITTED, required=dict(runs=RUN_COLUMNS)).runs
     d = r["d"].max()
     assert d >= 800
-    for init in (0, 1):
+    for init in ("positional", "semantic"):
         for a in np.unique(r["alpha"]):
-            sel = (r["d"] == d) & (r["model"] == 0) & (r["init"] == init) & (r["alpha"] == a)
+            sel = (r["d"] == d) & (r["model"] == "tied") & (r["init"] == init) & (r["alpha"] == a)
             theory = r["test_error_tied_theory"][sel]
             if not sel.any() or not np.isfinite(theory[0]):
                 continue
@@ -169,14 +156,14 @@ def test_committed_outputs_load_and_the_tied_runs_agree_with_theory_at_the_large
 @pytest.mark.slow
 def test_tied_runs_approach_theory_as_d_grows():
     """Tied student (gate 0) vs tied SE: the seed-averaged overlap error shrinks from d = 100 to d = 400."""
-    from phasejax.extensions.value import attach_tied_theory, theory_points, theory_reference
+    from phasejax.extensions._framework import diagram_tables
+    from phasejax.extensions.value import attach_tied_theory, theory_reference
 
-    pd = theory_reference((1.8,), (0.3,))
-    th = theory_points(pd)
+    th, _ = diagram_tables(theory_reference((1.8,), (0.3,)))
     errs = []
     for d in (100, 400):
         grid = ValueGrid(alphas=(1.8,), seeds=(0, 1, 2), inits=("semantic",), models=("tied",), d=d)
-        runs = attach_tied_theory(value_sweep(grid).runs, th)
+        runs = attach_tied_theory(value_sweep(grid)[0], th)
         errs.append(abs(np.mean(runs["test_error"]) - runs["test_error_tied_theory"][0]) /
                     runs["test_error_tied_theory"][0])
     assert errs[1] < errs[0] and errs[1] < 0.1, errs
