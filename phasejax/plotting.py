@@ -26,25 +26,28 @@ def save_figure(fig: Figure, path: str, dpi: int = 130) -> str:
 
 def _replicon_overlay(ax, pd, a, w) -> None:
     """Hatch the cells where the global minimum's replica-symmetric fixed point is unstable (replicon above 1 at
-    zero smoothing: `phasejax.theory.replicon.rs_stable`) and draw their boundary, the replicon line."""
+    zero smoothing: `phasejax.theory.replicon.rs_stable`) and draw their boundary, the replicon line; cells
+    without a replicon value (not computed) are left out of both (the line is drawn on the alpha columns where
+    every cell with a global minimum has one)."""
     stable = pd.table.get("rs_stable_global")
     if stable is None:
         return
     s = np.asarray(stable, float)
     if not np.any(np.isfinite(s)):
         return
-    unstable = np.where(np.isfinite(s), 1.0 - s, np.nan)
     W, A = np.meshgrid(w, a, indexing="ij")
-    ax.contourf(A, W, np.nan_to_num(unstable, nan=0.0), levels=[0.5, 1.5], colors="none", hatches=["////"])
-    if np.nanmin(unstable) < 0.5 < np.nanmax(unstable) and a.size > 1 and w.size > 1:
-        ax.contour(A, W, np.nan_to_num(unstable, nan=0.0), levels=[0.5], colors="m", linewidths=2.5)
-    from matplotlib.patches import Patch
-    from matplotlib.lines import Line2D
-
-    ax.add_artist(ax.legend(handles=[Patch(facecolor="none", hatch="////", edgecolor="k",
-                                           label="RS unstable at the global minimum (replicon > 1)"),
-                                     Line2D([], [], color="m", lw=2.5, label="replicon line (replicon = 1)")],
-                            loc="upper right", fontsize=7, framealpha=0.85))
+    unstable = s < 0.5
+    ax.scatter(A[unstable], W[unstable], s=150, marker="s", facecolors="none", edgecolors="m", hatch="////",
+               linewidths=0.0, zorder=2)
+    has_global = np.asarray(pd.table["global_branch"]) >= 0
+    cols = np.all(np.isfinite(s) | ~has_global, axis=0) & np.any(np.isfinite(s), axis=0)
+    z = np.where(np.isfinite(s), 1.0 - s, np.nan)[:, cols]
+    if cols.sum() > 1 and w.size > 1 and np.nanmin(z) < 0.5 < np.nanmax(z):
+        z = np.where(np.isfinite(z), z, 0.0)
+        ax.contour(A[:, cols], W[:, cols], z, levels=[0.5], colors="m", linewidths=2.5, zorder=4)
+    ax.scatter([], [], s=80, marker="s", facecolors="none", edgecolors="m", hatch="////", linewidths=0.0,
+               label="RS unstable at the global minimum (replicon > 1 at zero smoothing)")
+    ax.plot([], [], color="m", lw=2.5, label="replicon line (replicon = 1 at the global minimum)")
 
 
 def plot_phase_map(pd, path: str) -> str:
