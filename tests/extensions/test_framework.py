@@ -194,3 +194,21 @@ def test_replot_of_the_committed_rank2_results_reproduces_them(tmp_path):
     for name in sorted(os.listdir(out)):
         with open(out / name, "rb") as a, open(os.path.join(RESULTS, "rank2", name), "rb") as b:
             assert a.read() == b.read(), name
+
+
+def test_command_resumes_under_out_run_and_reuses_its_own_folder(tmp_path, monkeypatch):
+    """The chunks of a run go to <out>/run by default (not a temporary folder), and a second run of the same
+    configuration is let into the folder the first one claimed (it resumes there), another preset is not."""
+    import phasejax.commands.extension as command
+    from phasejax.cli import main
+
+    seen = []
+    monkeypatch.setattr(command, "run_extension", lambda name, preset, out, **kw: seen.append((out, kw)) or [])
+    out = tmp_path / "untied"
+    assert main(["extension", "untied", "--out", str(out), "--no-progress"]) == 0
+    (out / "theory.csv").write_text("alpha,omega\n")             # what the first run wrote
+    assert main(["extension", "untied", "--out", str(out), "--no-progress"]) == 0
+    assert [kw["run_dir"] for _, kw in seen] == [str(out / "run")] * 2
+    assert main(["extension", "untied", "--out", str(out), "--preset", "gpu"]) == 2
+    assert main(["extension", "untied", "--out", str(out), "--preset", "gpu", "--overwrite"]) == 0
+    assert len(seen) == 3
