@@ -4,6 +4,7 @@
     phasejax replicas --preset gpu                     # d = 500 ... 8000, 64 seeds
     phasejax replicas --d 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
     phasejax replicas --replot                         # redo summary and figure from <out>/two_replicas.csv
+    phasejax replicas --replot --merge DIR --out OUT --overwrite   # add DIR's pairs (another d) to OUT's
 
 Each pair (`phasejax.empirics.replicas.replica_pair`): one data set per seed, two inits of the branch (the
 branch init plus noise as large as the init, so the replicas start at `q12 / q ~ 1/2`), L-BFGS to the
@@ -76,6 +77,9 @@ def add_arguments(ap) -> None:
     add_dtype(ap)
     ap.add_argument("--replot", action="store_true",
                     help="only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                    help="with --replot: first add the pairs of DIR/two_replicas.csv (other sizes or seeds; a pair "
+                         "present twice is refused) to <out>/two_replicas.csv")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=16)
 
@@ -121,6 +125,20 @@ def read_pairs(path: str) -> dict:
     for k in ("converged", "same_branch"):
         pairs[k] = np.asarray(raw[k]).astype(bool)
     return pairs
+
+
+def merge_pairs(tables: list) -> dict:
+    """Concatenate pair tables (rows sorted by `d, alpha, lam, branch, seed`); `UsageError` on a pair present
+    twice."""
+    import numpy as np
+
+    pairs = {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in tables[0]}
+    keys = list(zip(*(pairs[k].tolist() for k in ("d", "alpha", "lam", "branch", "seed", "omega"))))
+    if len(set(keys)) != len(keys):
+        raise UsageError("--merge: a pair (d, alpha, lambda, branch, seed, omega) appears twice; merge other "
+                         "sizes or seeds only")
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    return {k: v[order] for k, v in pairs.items()}
 
 
 def state_evolution_values(groups, sigma: float) -> dict:
@@ -191,6 +209,7 @@ def plot_q12_over_q(table: dict, path: str) -> str:
         for j, lam in enumerate(lams):
             ax = axes[i, j]
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            lowest = 0.9
             for b in np.unique(table["branch"]):
                 sel = (table["alpha"] == a) & (table["lam"] == lam) & (table["branch"] == b) & \
                       np.isfinite(table["q12_over_q"])
@@ -198,21 +217,25 @@ def plot_q12_over_q(table: dict, path: str) -> str:
                     continue
                 x = 1.0 / table["d"][sel]
                 n = table["n_same_branch"][sel]
-                ax.errorbar(x, table["q12_over_q"][sel], table["q12_over_q_err"][sel], marker="o", capsize=3,
-                            color=colours[int(b)], label=f"{REPLICA_BRANCHES[int(b)]} ({int(n.min())}-{int(n.max())} "
-                                                         "pairs)")
-                ax.errorbar(x * 1.04, table["long_run_q12_over_q"][sel], table["long_run_q12_over_q_err"][sel],
-                            marker="o", mfc="none", ls=":", capsize=2, color=colours[int(b)])
+                y, e = table["q12_over_q"][sel], np.nan_to_num(table["q12_over_q_err"][sel])
+                lowest = min(lowest, float(np.min(y - e)))
+                ax.errorbar(x, y, e, marker="o", capsize=3, color=colours[int(b)],
+                            label=f"{REPLICA_BRANCHES[int(b)]} ({int(n.min())}-{int(n.max())} pairs)")
+                ax.errorbar(x * 1.04, table["long_run_q12_over_q"][sel],
+                            np.nan_to_num(table["long_run_q12_over_q_err"][sel]), marker="o", mfc="none", ls=":",
+                            capsize=2, color=colours[int(b)])
             ax.set_title(rf"$\alpha={a:g}$, $\lambda={lam:g}$", fontsize=10)
             ax.set_xlim(left=0)
+            ax.set_ylim(lowest - 0.02, 1.02)
+            ax.ticklabel_format(axis="y", useOffset=False)
             if i == len(alphas) - 1:
                 ax.set_xlabel(r"$1/d$")
             if j == 0:
                 ax.set_ylabel(r"$q_{12}/q$")
-            if ax.has_data():
+            if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7, loc="lower left")
             else:
-                ax.text(0.5, 0.5, "no pair stayed in a branch\n(the minimiser is Q = 0)", ha="center",
+                ax.text(0.5, 0.5, "no pair stayed in its branch\n(here the minimiser is Q = 0)", ha="center",
                         va="center", transform=ax.transAxes, fontsize=8)
     fig.suptitle(r"Two replicas on the same data: $q_{12}/q$ (filled: trained; open: after the continuation run)",
                  fontsize=9)
@@ -230,12 +253,18 @@ def run(args) -> int:
     from phasejax.theory import make_params
 
     meta = dict(preset=args.preset, **environment())
+    if args.merge and not args.replot:
+        raise UsageError("--merge works with --replot only; add --replot")
     if args.replot:
         path = os.path.join(args.out, "two_replicas.csv")
         if not os.path.exists(path):
             raise UsageError(f"--replot needs {path}")
         pairs = read_pairs(path)
-        print_paths(summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
+        paths = []
+        if args.merge:
+            pairs = merge_pairs([pairs] + [read_pairs(os.path.join(m, "two_replicas.csv")) for m in args.merge])
+            paths.append(write_pairs(pairs, path))
+        print_paths(paths + summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
         return 0
     preset = PRESETS[args.preset]
     ds, seeds = pick(args, "d", preset), pick(args, "seeds", preset)
