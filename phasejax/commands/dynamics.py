@@ -24,10 +24,12 @@ NAME = "dynamics"
 HELP = "online-SGD ODEs vs finite-d SGD: escape times, mechanism reached and the dynamical phase diagram in omega"
 
 PRESETS = {
-    "cpu": dict(n_grid=21, order=16, order_check=12, curvature_orders=(12, 16, 20, 24, 28), n_angles=16, sgd_d=100, sgd_seeds=24, compare_ds=(100, 200, 400),
+    "cpu": dict(n_grid=21, order=16, order_check=12, curvature_orders=(12, 16, 20, 24, 28), n_angles=16, sgd_d=100,
+                sgd_seeds=24, compare_ds=(100, 200, 400),
                 compare_seeds=16, scaling_ds=(100, 200, 400), scaling_seeds=8,
                 sgd_omegas=(0.5, 0.6, 0.62, 0.64, 0.66, 0.68, 0.7, 0.8)),
-    "gpu": dict(n_grid=31, order=24, order_check=20, curvature_orders=(16, 24, 32, 40), n_angles=48, sgd_d=1000, sgd_seeds=64,
+    "gpu": dict(n_grid=31, order=24, order_check=20, curvature_orders=(16, 24, 32, 40), n_angles=48, sgd_d=1000,
+                sgd_seeds=64,
                 compare_ds=(100, 300, 1000), compare_seeds=64, scaling_ds=(100, 300, 1000, 3000), scaling_seeds=32,
                 sgd_omegas=(0.5, 0.58, 0.6, 0.62, 0.63, 0.64, 0.65, 0.66, 0.67, 0.68, 0.7, 0.8)),
 }
@@ -103,7 +105,7 @@ def run(args) -> int:
     from phasejax import float64_scope
     from phasejax.dynamics import (MECHANISMS, axis_losses, classify_mechanism, curvature_crossing,
                                    make_dynamics_params, mechanism_minima, minimum_switch, ode_phase_diagram,
-                                   plateau_curvatures, plateau_rates, rate_crossing, sgd_ode_solve,
+                                   plateau_curvatures, plateau_rates, population_minimum, rate_crossing, sgd_ode_solve,
                                    sgd_ode_trajectory, table_terms)
     from phasejax.io import atomic_write_json, write_csv
 
@@ -117,8 +119,9 @@ def run(args) -> int:
     options = run_options_from(args, args.out)
     params = make_dynamics_params(0.5, loss="square")
     t0 = time.perf_counter()
-    paths, summary = [], dict(preset=args.preset, lr=args.learning_rate, lr_paper=args.learning_rate_paper, loss="square",
-                              A=np.asarray(params.A).tolist(), sigma=1.0, signs=[1.0, -1.0])
+    paths = []
+    summary = dict(preset=args.preset, lr=args.learning_rate, lr_paper=args.learning_rate_paper, loss="square",
+                   A=np.asarray(params.A).tolist(), sigma=1.0, signs=[1.0, -1.0])
 
     with float64_scope():
         # 1. population table and its quadrature error
@@ -132,7 +135,12 @@ def run(args) -> int:
         # 2. population minima (direct quadrature along the axes) and the plateau's growth rates
         axis = axis_losses(params, np.linspace(0.0, 1.0, 51), order=preset["order"] + 4)
         omegas = np.unique(np.round(np.concatenate([np.linspace(0, 1, 21), FINE]), 4))
-        minima = mechanism_minima(axis, omegas)
+        # is the global minimum on one of the two axes? a polar grid search on the table, off the axes included
+        grid_min = population_minimum(tab, omegas)
+        axis_min = mechanism_minima(axis, omegas)
+        best_axis = np.minimum(axis_min["loss_semantic"], axis_min["loss_positional"])
+        summary["off_axis_gain_max"] = float(np.max(best_axis - grid_min["loss"]))
+        summary["off_axis_grid_minimum_mechanisms"] = sorted(set(grid_min["mechanism"].tolist()))
         crossing = {str(lr): rate_crossing(tab, lr) for lr in (args.learning_rate, args.learning_rate_paper)}
         crossing_check = {str(lr): rate_crossing(check, lr) for lr in (args.learning_rate, args.learning_rate_paper)}
         summary["rate_crossing_omega"] = crossing
@@ -150,7 +158,8 @@ def run(args) -> int:
         # 3. ODE phase diagram: omega x lr x r0 (= 1/sqrt(d))
         ds = np.asarray([1e2, 1e3, 1e4, 1e5])
         print("ODE phase diagram ...", flush=True)
-        cols = ode_phase_diagram(tab, omegas, [args.learning_rate, args.learning_rate_paper], 1 / np.sqrt(ds), n_angles=preset["n_angles"],
+        cols = ode_phase_diagram(tab, omegas, [args.learning_rate, args.learning_rate_paper], 1 / np.sqrt(ds),
+                                 n_angles=preset["n_angles"],
                                  t_max=2e4)
         cols["d"] = np.rint(1 / cols["r0"] ** 2).astype(int)
         mm = mechanism_minima(axis, cols["omega"])
@@ -191,7 +200,8 @@ def run(args) -> int:
     for d in preset["compare_ds"]:
         tasks = dict(omega=np.repeat(compare_omegas, preset["compare_seeds"]).astype(np.float64),
                      seed=np.tile(np.arange(preset["compare_seeds"]), len(compare_omegas)) + 1000 * d)
-        out = _sgd_sweep(params, tasks, d, int(150 * d), d // 2, args.learning_rate, options, f"compare_d{d}", m0=m0, e0=e0,
+        out = _sgd_sweep(params, tasks, d, int(150 * d), d // 2, args.learning_rate, options, f"compare_d{d}",
+                         m0=m0, e0=e0,
                          keep_traj=True)
         if out is None:
             return not_finished(options)
@@ -204,7 +214,8 @@ def run(args) -> int:
         rows["seed"].append(np.repeat(tasks["seed"], T))
         for k in ("t", "m", "e"):
             rows[k].append(np.asarray(out[k], np.float64).ravel())
-    paths.append(write_csv(os.path.join(args.out, "sgd_trajectories.csv"), {k: np.concatenate(v) for k, v in rows.items()}))
+    paths.append(write_csv(os.path.join(args.out, "sgd_trajectories.csv"),
+                           {k: np.concatenate(v) for k, v in rows.items()}))
 
     # deviation from the ODE, per d (RMS over seeds and time, both overlaps)
     with float64_scope():

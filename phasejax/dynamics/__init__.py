@@ -47,10 +47,11 @@ from phasejax.dynamics.population import (
 from phasejax.dynamics.sgd import SGDRun, initial_weights, online_sgd
 
 __all__ = [
-    "LOSSES", "MECHANISMS", "PAPER_PRE_SOFTMAX_A", "DynamicsParams", "LossWithError", "ODEResult",
-    "PopulationTable", "PopulationTerms", "SGDRun", "attention", "axis_losses", "curvature_crossing", "build_population_table", "classify_mechanism",
-    "escape_time_estimate", "fields", "gradient_flow_drift", "initial_weights", "make_dynamics_params", "mechanism_minima", "minimum_switch",
-    "ode_phase_diagram", "online_sgd", "plateau_curvatures", "plateau_rates", "population_loss", "population_loss_with_error",
+    "DynamicsParams", "LOSSES", "LossWithError", "MECHANISMS", "ODEResult", "PAPER_PRE_SOFTMAX_A",
+    "PopulationTable", "PopulationTerms", "SGDRun", "attention", "axis_losses", "build_population_table",
+    "classify_mechanism", "curvature_crossing", "escape_time_estimate", "fields", "gradient_flow_drift",
+    "initial_weights", "make_dynamics_params", "mechanism_minima", "minimum_switch", "ode_phase_diagram",
+    "online_sgd", "plateau_curvatures", "plateau_rates", "population_loss", "population_loss_with_error",
     "population_minimum", "population_terms", "quadrature_rule", "random_init_angles", "rate_crossing",
     "sample_loss", "sgd_drift", "sgd_ode_solve", "sgd_ode_trajectory", "spherical_gradient", "table_terms",
     "target",

@@ -76,7 +76,8 @@ def plot_all(out: str) -> list[str]:
         n = np.asarray([np.sum(sel & (runs["omega"] == o)) for o in oms])
         lo, hi = wilson_interval(k, n)
         d0 = int(runs["d"][sel][0])
-        ax.errorbar(oms, k / n, yerr=[np.clip(k / n - lo, 0, None), np.clip(hi - k / n, 0, None)], fmt="o", color="k", ms=4, capsize=2,
+        yerr = [np.clip(k / n - lo, 0, None), np.clip(hi - k / n, 0, None)]
+        ax.errorbar(oms, k / n, yerr=yerr, fmt="o", color="k", ms=4, capsize=2,
                     label=f"SGD d={d0}, lr={summary['lr']:g} (68% Wilson)")
     sw = summary.get("population_switch_omega")
     if sw is not None and np.isfinite(sw):

@@ -4,7 +4,7 @@ Each step draws a fresh sequence `x (L, d)` with rows `N(0, sigma^2 I_d / d)`, t
 on the per-sample loss of `phasejax.dynamics.population.sample_loss` and projects the weights back onto the
 sphere `||w||^2 = d` (spherical SGD, as in the published experiments). By rotation invariance the teacher
 is `w* = sqrt(d) e_1` and the positional direction `u = e_2`, so the overlaps are read off two coordinates:
-`m = w_1 / sqrt(d)`, `e = w_2`/`sqrt(d)`.
+`m = w_1 / sqrt(d)`, `e = w_2 / sqrt(d)`.
 
 `online_sgd` is pure and jittable; `omega`, `lr`, the seed and the initial overlaps are arrays (vmap over
 them); `d`, the number of steps and the recording interval are static.
