@@ -196,3 +196,57 @@ def test_run_verdicts_and_replicon_columns():
     assert sweep.columns["verdict"].tolist() == ["unstable", "converged"]
     assert sweep.columns["replicon"].tolist() == [0.7, 0.24]
     assert sweep.columns["replicon_jump"][0] == 2e-4 and np.isnan(sweep.columns["replicon_jump"][1])
+
+
+@pytest.mark.slow
+def test_replicon_is_the_growth_rate_of_gamp_perturbations():
+    """Where RS is stable and GAMP converges (semantic branch, alpha = 2, omega = 0.3: replicon 0.243, no jump
+    term), GAMP's iteration linearised at its fixed point on data (`Ahat`, `C` held at their fixed-point values;
+    per-sample Jacobians `J = V^{-1}(H^{-1} V^{-1} - I)` by the implicit function theorem, all `L r x L r`
+    blocks) multiplies `||dQ||^2` of a perturbation in a random direction (orthogonal to `Q`, `u`, `Q*`) by the
+    replicon per iteration (theory notes, section 12), at d = 300."""
+    from phasejax.empirics.data import cast_params
+    from phasejax.theory import default_scheme, solve_state_evolution
+    from phasejax.theory.gram import sample_loss_gram
+    from phasejax.theory.replicon import replicon
+
+    params = PAPER
+    d, L, r = 300, 2, 1
+    with phasejax.float64_scope():
+        ov = solve_state_evolution(params, "semantic").overlaps
+        R = replicon(ov, params, default_scheme(params))
+        data = _data(d)
+        n = data.x.shape[0]
+        Q0 = init_weights(jax.random.PRNGKey(1), data, *BRANCH_INITS["semantic"])
+        res = gamp(data, params, Q0, ov.V0, damping=0.5, max_iter=400, tol=1e-11, onsager="pointwise")
+        assert float(res.grad_norm) < 1e-6                       # a critical point of the risk
+        p = cast_params(params, jnp.float64)
+        inp = gamp_inputs(data)
+        C, s2 = res.C, p.sigma**2
+        V = s2[:, None, None] * C[None]
+        Vb = jax.scipy.linalg.block_diag(*[jnp.linalg.inv(C) / s2[l] for l in range(L)])
+        h = jnp.einsum("nld,dr->nlr", inp.xt, res.Q) / jnp.sqrt(d)
+
+        def jac(h_mu, G, Y, c):
+            H = jax.hessian(lambda hf: sample_loss_gram(hf.reshape(L, r), G, Y, c, p))(h_mu.reshape(-1))
+            return Vb @ (jnp.linalg.solve(Vb + H, Vb) - jnp.eye(L * r))
+
+        J = jax.vmap(jac)(h, inp.G, inp.Y, inp.c)
+        blocks = J.reshape(n, L, r, L, r)[:, jnp.arange(L), :, jnp.arange(L), :]
+        Ahat = -jnp.einsum("l,lnab->ab", s2, blocks) / d
+        basis, _ = jnp.linalg.qr(jnp.concatenate([res.Q, data.u[:1].T, data.Qstar[:, :1]], axis=1))
+        project = lambda x: x - basis @ (basis.T @ x)  # noqa: E731
+
+        @jax.jit
+        def linear(dQ, df):
+            dw = jnp.einsum("nld,dr->nlr", inp.xt, dQ) / jnp.sqrt(d) - jnp.einsum("lab,nlb->nla", V, df)
+            df_new = jnp.einsum("nab,nb->na", J, dw.reshape(n, -1)).reshape(n, L, r)
+            return (jnp.einsum("nld,nlr->dr", inp.xt, df_new) / jnp.sqrt(d) + dQ @ Ahat) @ C, df_new
+
+        ratios = []
+        for seed in range(8):
+            dQ = project(jax.random.normal(jax.random.PRNGKey(100 + seed), res.Q.shape, jnp.float64))
+            dQ1, _ = linear(dQ, jnp.zeros((n, L, r)))
+            ratios.append(float(jnp.sum(project(dQ1) ** 2) / jnp.sum(dQ**2)))
+    assert float(R.jump) < 1e-8 and float(R.value) < 1
+    assert np.mean(ratios) == pytest.approx(float(R.value), rel=0.2)
