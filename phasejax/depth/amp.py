@@ -1,0 +1,141 @@
+"""Approximate message passing on finite data for the two-layer model (docs/depth.md, section 4).
+
+The generalised AMP of a multi-index model with a Gaussian prior, per layer
+(diagonal in the layers, like the state evolution):
+
+    omega_{mu,l} = X_mu what_l / sqrt(d) - V_l g_{mu,l}          (T,)  Onsager-corrected cavity
+    g, dg        = output functions of (u_mu, omega_mu, V)         (phasejax.depth.se.output_function)
+    Lambda_l     = -(1/d) sum_{mu,t} dg_{mu,l,t}
+    b_l          = (1/sqrt(d)) sum_{mu,t} x_{mu,t} g_{mu,l,t} + Lambda_l what_l
+    what_l       = b_l / (1 + Lambda_l),   V_l = 1 / (1 + Lambda_l)
+
+with `u_mu` read off the output `y_mu` (`sequence_index_from_output`). Its
+overlaps `m_l = |what_l . w_l| / d` follow the state evolution's `q_l` as `d`
+grows (the sign of each layer is not identifiable).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from phasejax.depth.model import model_output, sequence_index_from_output
+from phasejax.depth.se import InnerRule, inner_rule, needs_ridge, output_function
+from phasejax.precision import uses_float64
+from phasejax.solvers import Status, iterate
+
+Array = jax.Array
+
+
+@struct.dataclass
+class DepthData:
+    """A teacher `W (2, d)`, inputs `X (n, T, d)` and outputs `y (n, T, T)`."""
+
+    W: Array
+    X: Array
+    y: Array
+
+
+def sample_data(key, d: int, alpha: float, skip, T: int = 2) -> DepthData:
+    """`n = round(alpha d)` samples of the network with weights `W ~ N(0, I)` and standard Gaussian tokens."""
+    if int(d) != d or d < 2:
+        raise ValueError(f"d must be an integer >= 2, got {d}")
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    n = max(int(round(alpha * d)), 1)
+    kw, kx = jax.random.split(key)
+    W = jax.random.normal(kw, (2, d))
+    X = jax.random.normal(kx, (n, T, d))
+    Z = jnp.einsum("ntd,ld->nlt", X, W) / jnp.sqrt(d)
+    return DepthData(W=W, X=X, y=model_output(Z, skip))
+
+
+class AMPState(NamedTuple):
+    what: Array  # (2, d)
+    V: Array  # (2,)
+    g: Array  # (n, 2, T)
+    m: Array  # (2,) overlaps with the teacher
+    residual: Array
+
+
+@struct.dataclass
+class AMPResult:
+    """`m (2,)`: `|what_l . w_l| / d`; `q (2,)`: `|what_l|^2 / d`; `m_history (max_iterations, 2)` (NaN past the
+    end); `residual ()` (the last change of `m`), `iterations ()`, `status ()` (a `Status` code)."""
+
+    m: Array
+    q: Array
+    m_history: Array
+    residual: Array
+    iterations: Array
+    status: Array
+
+
+class _AMP:
+    def __init__(self, data, u, skip, rule, damping, tol):
+        self.data, self.u, self.skip, self.rule, self.damping, self.tol = data, u, skip, rule, damping, tol
+
+    def step(self, s: AMPState) -> AMPState:
+        X, W = self.data.X, self.data.W
+        d = X.shape[-1]
+        omega = jnp.einsum("ntd,ld->nlt", X, s.what) / jnp.sqrt(d) - s.V[None, :, None] * s.g
+        def batch(ridge):
+            return lambda: jax.vmap(lambda u, om: output_function(u, om, s.V, self.skip, self.rule, ridge)[:2])(
+                self.u, omega)
+
+        g, dg = jax.lax.cond(needs_ridge(s.V), batch(True), batch(False))
+        Lam = jnp.maximum(-jnp.sum(dg, (0, 2)) / d, 0.0)
+        b = jnp.einsum("ntd,nlt->ld", X, g) / jnp.sqrt(d) + Lam[:, None] * s.what
+        what = b / (1.0 + Lam)[:, None]
+        V = 1.0 / (1.0 + Lam)
+        what = self.damping * what + (1 - self.damping) * s.what
+        V = self.damping * V + (1 - self.damping) * s.V
+        ok = jnp.all(jnp.isfinite(what)) & jnp.all(jnp.isfinite(V)) & jnp.all(jnp.isfinite(g))
+        m = jnp.abs(jnp.sum(what * W, -1)) / d
+        return AMPState(what=jnp.where(ok, what, s.what), V=jnp.where(ok, V, s.V), g=jnp.where(ok, g, s.g),
+                        m=jnp.where(ok, m, s.m), residual=jnp.where(ok, jnp.max(jnp.abs(m - s.m)), jnp.nan))
+
+    def terminate(self, s: AMPState):
+        bad = ~jnp.isfinite(s.residual)
+        return bad | (s.residual < self.tol), jnp.where(bad, Status.INVALID_ITERATE, Status.CONVERGED)
+
+
+@uses_float64
+def run_amp(data: DepthData, skip, key, *, q_init: float = 0.01, rule: InnerRule | None = None,
+            damping: float = 0.8, tol: float = 1e-4, max_iterations: int = 60) -> AMPResult:
+    """AMP from a random start `what ~ N(0, q_init I)` (no information on the teacher), `V = 1 - q_init`."""
+    if not 0 < q_init < 1:
+        raise ValueError(f"q_init must be in (0, 1), got {q_init}")
+    rule = inner_rule(12) if rule is None else rule
+    return _run(data, jnp.asarray(skip, jnp.float64), key, q_init, rule, damping, tol, max_iterations)
+
+
+def _run_impl(data, skip, key, q_init, rule, damping, tol, max_iterations):
+    data = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), data)
+    n, T, d = data.X.shape
+    u = sequence_index_from_output(data.y)
+    what = jnp.sqrt(q_init) * jax.random.normal(key, (2, d), jnp.float64)
+    s0 = AMPState(what=what, V=jnp.full((2,), 1.0 - q_init), g=jnp.zeros((n, 2, T)),
+                  m=jnp.abs(jnp.sum(what * data.W, -1)) / d, residual=jnp.asarray(jnp.inf))
+    solver = _AMP(data, u, skip, rule, damping, tol)
+    hist0 = jnp.full((max_iterations, 2), jnp.nan)
+
+    class _Recording:
+        def step(self, st):
+            s, h, k = st
+            s = solver.step(s)
+            return s, h.at[k].set(s.m), k + 1
+
+        def terminate(self, st):
+            return solver.terminate(st[0])
+
+    out = iterate(_Recording(), (s0, hist0, jnp.asarray(0)), max_steps=max_iterations, min_steps=3)
+    s, hist, _ = out.state
+    return AMPResult(m=s.m, q=jnp.sum(s.what**2, -1) / d, m_history=hist, residual=s.residual,
+                     iterations=out.steps, status=out.status)
+
+
+_run = jax.jit(_run_impl, static_argnames=("q_init", "damping", "tol", "max_iterations"))

@@ -1,0 +1,86 @@
+"""Figures of `phasejax depth` (thresholds vs skip, overlaps vs alpha, AMP vs SE)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_thresholds(th: dict, path: str) -> str:
+    """`alpha_1`, `alpha_2` (and layer 1's threshold at `Q = 0`) against the skip strength, with error bars."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    c = np.asarray(th["skip"])
+    ax.errorbar(c, th["alpha_2"], yerr=th["alpha_2_err"], marker="o", ms=4, capsize=2, label=r"$\alpha_2$ (layer 2)")
+    ax.errorbar(c, th["alpha_1"], yerr=th["alpha_1_err"], marker="s", ms=4, capsize=2,
+                label=r"$\alpha_1$ (layer 1, next to layer 2's fixed point)")
+    ax.plot(c, th["alpha_1_uninformed"], ":", color="gray", label=r"layer 1 at $Q=0$ ($1/M_1$)")
+    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6$: bound for layer 2 ($\pm z_2$ observed)")
+    ax.set_yscale("log")
+    ax.set_xlabel("skip strength $c$")
+    ax.set_ylabel(r"weak-recovery threshold $\alpha$")
+    ax.set_title("Two-layer tied attention, $T=2$: Bayes-optimal thresholds")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_overlaps(se: dict, th: dict, path: str) -> str:
+    """`q_1, q_2` against alpha per skip (uninformative start; informative start dashed), test error below."""
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
+    for c in np.unique(se["skip"]):
+        s = se["skip"] == c
+        a = se["alpha"][s]
+        for l, mk in ((1, "s"), (2, "o")):
+            line, = ax.plot(a, se[f"q{l}"][s], marker=mk, ms=3, label=f"$q_{l}$, $c={c:g}$")
+            ax.plot(a, se[f"q{l}_informed"][s], "--", color=line.get_color(), lw=0.8)
+        bx.errorbar(a, se["test_error"][s], yerr=se["test_error_se"][s], marker="o", ms=3, label=f"$c={c:g}$")
+        k = np.nonzero(np.isclose(th["skip"], c))[0]
+        for j in k:
+            for name in ("alpha_1", "alpha_2"):
+                if np.isfinite(th[name][j]):
+                    ax.axvline(th[name][j], color="gray", lw=0.6, ls=":")
+    ax.set_ylabel("overlap")
+    ax.legend(fontsize=7)
+    ax.set_title("Bayes-optimal SE (dashed: informative start; dotted: thresholds)")
+    bx.set_xlabel(r"$\alpha = n/d$")
+    bx.set_ylabel(r"test error $E|y-\hat y|^2$")
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_amp(amp: dict, path: str) -> str:
+    """AMP's overlaps (mean and standard deviation over seeds) against `d`, with the SE's values."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for a in np.unique(amp["alpha"]):
+        s = amp["alpha"] == a
+        ds = np.unique(amp["d"][s])
+        for l in (1, 2):
+            m = [amp[f"m{l}"][s & (amp["d"] == d)] for d in ds]
+            eb = ax.errorbar(ds, [x.mean() for x in m], yerr=[x.std(ddof=1) if x.size > 1 else 0 for x in m],
+                             marker="o", ms=3, capsize=2, label=rf"AMP $m_{l}$, $\alpha={a:g}$")
+            ax.axhline(amp[f"se_q{l}"][s][0], color=eb[0].get_color(), ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("$d$")
+    ax.set_ylabel("overlap with the teacher")
+    ax.set_title("AMP on finite data (dashed: state evolution), skip $c = 1$")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
