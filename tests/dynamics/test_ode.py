@@ -52,9 +52,9 @@ def test_omega_limits_reach_the_expected_mechanism(solve):
 
 
 def test_ode_against_finite_d_online_sgd_within_the_finite_size_band(small_table):
-    # omega = 0.3, lr = 0.5, from (m, e) = (0.1, 0.1) at d = 200: 8 seeds of online SGD to t = 40
+    # omega = 0.3, lr = 0.5, from (m, e) = (0.1, 0.1) at d = 128: 8 seeds of online SGD to t = 40
     params = make_dynamics_params(0.3)
-    d, lr, seeds = 200, 0.5, 8
+    d, lr, seeds = 128, 0.5, 8
     f = jax.jit(jax.vmap(lambda k: online_sgd(params, k, lr, d=d, n_steps=40 * d, record_every=4 * d,
                                               m0=0.1, e0=0.1)))
     runs = f(jax.random.split(jax.random.PRNGKey(3), seeds))
