@@ -1,6 +1,6 @@
 """Two replicas: pairs of tied students trained on the same data from two inits of one branch; q12 / q against 1/d.
 
-    phasejax replicas                                  # CPU preset: d = 250 ... 2000, 8 seeds (minutes)
+    phasejax replicas                                  # CPU preset: d = 250, 500, 1000, 6 seeds
     phasejax replicas --preset gpu                     # d = 500 ... 8000, 64 seeds
     phasejax replicas --d 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
     phasejax replicas --replot                         # redo summary and figure from <out>/two_replicas.csv
@@ -13,7 +13,8 @@ and a continuation run of `--long-steps` more steps. The replica-symmetric theor
 `q12 / q -> 1` as `d -> inf`. Writes --out (default runs/replicas/): two_replicas.csv (one row per pair,
 `phasejax.empirics.replicas.PAIR_COLUMNS`), summary.csv (per `(alpha, lambda, branch, d)`: pair counts, means
 and standard errors over the pairs whose replicas stayed in the branch), summary.json (the same, the
-`d -> inf` extrapolations of `1 - q12 / q` and the state evolution's `q`, `m`, `theta`), q12_over_q.png.
+`d -> inf` extrapolations (`a + b / d`) of `1 - q12 / q` and of the smallest Hessian eigenvalue, and the state
+evolution's `q`, `m`, `theta`), q12_over_q.png.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ NAME = "replicas"
 HELP = "two students on the same data from two inits of one branch: mutual overlap q12 / q against 1/d"
 
 PRESETS = {
-    "cpu": dict(d=[250, 500, 1000, 2000], seeds=8, long_steps=2000),
+    "cpu": dict(d=[250, 500, 1000], seeds=6, long_steps=2000),
     "gpu": dict(d=[500, 1000, 2000, 4000, 8000], seeds=64, long_steps=20000),
 }
 
@@ -56,7 +57,7 @@ NAMED = ("branch", "solution_1", "solution_2")
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 250, 500, 1000, 2000, 8 seeds, 2000 continuation steps; "
+    add_preset(ap, "cpu: d = 250, 500, 1000, 6 seeds, 2000 continuation steps; "
                    "gpu: d = 500 ... 8000, 64 seeds, 20000 continuation steps")
     ap.add_argument("--d", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
     ap.add_argument("--seeds", type=positive_int, default=None, help="pairs per point (default: the preset's)")
@@ -173,10 +174,11 @@ def summarise(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str
     for a, w, lam, b in keys:
         sel = (table["alpha"] == a) & (table["omega"] == w) & (table["lam"] == lam) & (table["branch"] == b)
         rows = dict(alpha=a, omega=w, lam=lam, branch=REPLICA_BRANCHES[int(b)])
-        for key, label in (("q12_over_q", "one_minus_q12_over_q"), ("long_run_q12_over_q",
-                                                                     "long_run_one_minus_q12_over_q")):
-            c, c_err, slope, slope_err = extrapolate_in_d(table["d"][sel], 1.0 - table[key][sel],
-                                                          table[key + "_err"][sel])
+        for key, label, sign in (("q12_over_q", "one_minus_q12_over_q", -1.0),
+                                 ("long_run_q12_over_q", "long_run_one_minus_q12_over_q", -1.0),
+                                 ("hessian_min_eig", "hessian_min_eig", 1.0)):
+            value = table[key][sel] if sign > 0 else 1.0 - table[key][sel]
+            c, c_err, slope, slope_err = extrapolate_in_d(table["d"][sel], value, table[key + "_err"][sel])
             rows[label + "_at_infinite_d"] = c
             rows[label + "_at_infinite_d_err"] = c_err
             rows[label + "_slope_in_1_over_d"] = slope
