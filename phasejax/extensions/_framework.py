@@ -616,12 +616,15 @@ def finite_err(err) -> np.ndarray:
     return np.where(np.isfinite(err), err, 0.0)
 
 
-def draw_band(ax, alpha, value, err, *, color, label=None, style="-", **kw) -> None:
-    """A theory curve sorted by alpha with its 95% quadrature band (NaN errors drawn as none)."""
+def draw_band(ax, alpha, value, err, *, color, label=None, style="-", band_alpha: float = 0.25, band_lw=0,
+              **kw) -> None:
+    """A theory curve sorted by alpha (`ax.plot(..., style, **kw)`) with its 95% quadrature band (opacity
+    `band_alpha`, edge width `band_lw`, None: matplotlib's; NaN errors drawn as none)."""
     a, v, e = (np.asarray(x, float) for x in (alpha, value, err))
-    o = np.argsort(a)
+    o = np.argsort(a, kind="stable")
     ax.plot(a[o], v[o], style, color=color, label=label, **kw)
-    ax.fill_between(a[o], (v - finite_err(e))[o], (v + finite_err(e))[o], color=color, alpha=0.25, lw=0)
+    edge = {} if band_lw is None else dict(lw=band_lw)
+    ax.fill_between(a[o], (v - finite_err(e))[o], (v + finite_err(e))[o], color=color, alpha=band_alpha, **edge)
 
 
 def branch_figure(result: ExtensionResult, *, title: str, inits, keys=("train_loss", "test_error"),
@@ -656,9 +659,8 @@ def branch_figure(result: ExtensionResult, *, title: str, inits, keys=("train_lo
                 sel = at & conv
                 if not sel.any():
                     continue
-                a, v, e = th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel]
-                ax.plot(a, v, ".-", color=c, label=f"theory, {name} init (converged solves)")
-                ax.fill_between(a, v - e, v + e, color=c, alpha=0.25, lw=0)
+                draw_band(ax, th["alpha"][sel], th[key][sel], th[f"{key}_err"][sel], color=c, style=".-",
+                          label=f"theory, {name} init (converged solves)")
                 for k, d in enumerate(dims):
                     rs = {kk: vv[(runs["omega"] == om) & (runs["init"] == name) & (runs["d"] == d)]
                           for kk, vv in runs.items()}

@@ -56,8 +56,8 @@ from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import INITS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize
 from phasejax.extensions._framework import (
-    ExtensionResult, attach_theory, concat_tables, empirical_alpha_c, ordered, paired_gap, seed_means,
-    sub_options,
+    ExtensionResult, attach_theory, concat_tables, draw_band, empirical_alpha_c, ordered, paired_gap,
+    seed_means, sub_options,
 )
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
@@ -508,10 +508,8 @@ def make_figure(result: ExtensionResult):
                            ("test_error", axes[1], r"test error $\epsilon_g$")):
         for b in PHASE_BRANCHES:
             sel = rho0 & (th["branch"] == b)
-            o = np.argsort(th["alpha"][sel])
-            a, v, e = th["alpha"][sel][o], th[key][sel][o], th[key + "_err"][sel][o]
-            ax.plot(a, v, "-", color=colors[b], label=f"state evolution, {b} (every rho)")
-            ax.fill_between(a, v - e, v + e, color=colors[b], alpha=0.3)
+            draw_band(ax, th["alpha"][sel], th[key][sel], th[key + "_err"][sel], color=colors[b], band_alpha=0.3,
+                      band_lw=None, label=f"state evolution, {b} (every rho)")
         for k, rho in enumerate(rhos):
             for b in PHASE_BRANCHES:
                 sel = (runs["rho"] == rho) & (init_names == b) & (runs["d"] == dmax)

@@ -42,7 +42,7 @@ import numpy as np
 
 from phasejax.empirics.metrics import MIN_ADJUSTED_SEEDS
 from phasejax.extensions._framework import (
-    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, finite_err, relative_gaps,
+    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, relative_gaps,
     seed_means, sub_options, train_tied,
 )
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
@@ -132,12 +132,10 @@ def plot(outputs: ExtensionResult):
             if not s.any():
                 continue
             a = np.asarray(th["alpha"], float)[s]
-            o = np.argsort(a)
             for ax, key in ((ax_err, "test_error"), (ax_ov, "m" if b == "positional" else "theta")):
-                v = np.asarray(th[key], float)[s][o]
-                e = finite_err(np.asarray(th[key + "_err"], float)[s][o])
-                ax.plot(a[o], v, style, marker=".", color=colors[b], label=f"SE {b}, {setting} $\\sigma_l$")
-                ax.fill_between(a[o], v - e, v + e, color=colors[b], alpha=0.25)
+                draw_band(ax, a, np.asarray(th[key], float)[s], np.asarray(th[key + "_err"], float)[s],
+                          color=colors[b], label=f"SE {b}, {setting} $\\sigma_l$", style=style, band_lw=None,
+                          marker=".")
     means = seed_means(runs, by=("d", "se_branch", "alpha", "omega"))
     ds = sorted(set(int(x) for x in means["d"]))
     dmax = max(ds)

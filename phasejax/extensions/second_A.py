@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.extensions._framework import (
-    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, finite_err, json_ready,
+    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, finite_err, json_ready,
     relative_gaps, seed_means, sub_options, tied_thresholds, train_tied,
 )
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
@@ -138,15 +138,12 @@ def plot(outputs: ExtensionResult, standard: dict | None = None, omega: float = 
     for b in PHASE_BRANCHES:
         s = sel_w & (np.asarray(th["branch"]) == b) & (np.asarray(th["status"]) == "converged")
         a = np.asarray(th["alpha"], float)[s]
-        o = np.argsort(a)
         for ax, key, style in ((ax_err, "test_error", "-"),
                                (ax_ov, "m" if b == "positional" else "theta", "-"),
                                (ax_ov, "q", ":")):
-            v = np.asarray(th[key], float)[s][o]
-            e = np.asarray(th[key + "_err"], float)[s][o]
             lab = f"SE {b}" if ax is ax_err else f"SE {b}: ${key if key != 'theta' else chr(92) + 'theta'}$"
-            ax.plot(a[o], v, style, color=colors[b], label=lab)
-            ax.fill_between(a[o], v - finite_err(e), v + finite_err(e), color=colors[b], alpha=0.25)
+            draw_band(ax, a, np.asarray(th[key], float)[s], np.asarray(th[key + "_err"], float)[s], color=colors[b],
+                      label=lab, style=style, band_lw=None)
     means = seed_means(runs, by=("d", "se_branch", "alpha", "omega"))
     ds = sorted(set(int(x) for x in means["d"]))
     markers = dict(zip(ds, ("s", "o", "^", "D")))
