@@ -9,7 +9,8 @@ Writes --out (default results/depth/):
                   learned first, alpha_1_uninformed (layer 1's threshold at Q = 0), q_first_at_second
   se.csv          per (skip, alpha): q1, q2 from the uninformative and an informative start, Monte Carlo errors,
                   the test error of the plug-in predictor, free entropies where the branches differ, status
-  amp.csv         per (skip, alpha, d, seed): AMP's overlaps m1, m2, iterations, status, and the SE's q1, q2
+  amp.csv         per (skip, alpha, d, seed): AMP's overlaps m1, m2 (start on the Nishimori line at m = q = 0.1),
+                  iterations, status, and the SE's q1, q2
   thresholds.png, overlaps.png, amp.png, summary.json (settings, timings, the first-order jump if any)
 """
 
@@ -29,7 +30,7 @@ SKIP_GRID = (0.0, 0.25, 0.5, 0.625, 0.75, 0.875, 1.0, 1.125, 1.25, 1.5, 2.0, 3.0
 PRESETS = {
     "cpu": dict(draws_stability=1024, draws_scan=128, draws_se=256, order=10, n_scan=5, se_skips=(1.0,),
                 se_alphas=(0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.2, 1.6), amp_d=(200, 400, 800),
-                amp_alphas=(0.45, 1.2), amp_seeds=2, max_iterations=60),
+                amp_alphas=(0.3, 0.45, 1.2), amp_seeds=2, max_iterations=60),
     "gpu": dict(draws_stability=16384, draws_scan=2048, draws_se=4096, order=20, n_scan=10,
                 se_skips=(0.5, 1.0, 2.0), se_alphas=tuple(round(0.05 * k, 2) for k in range(1, 41)),
                 amp_d=(500, 1000, 2000, 4000), amp_alphas=(0.3, 0.45, 0.75, 1.2), amp_seeds=5, max_iterations=200),
@@ -132,7 +133,8 @@ def amp_table(skip, alphas, ds, seeds, preset, seed, se_rows) -> dict:
             for s in range(seeds):
                 key = jax.random.PRNGKey(1000 * seed + 7 * s + d)
                 data = sample_data(key, d, a, skip)
-                res = run_amp(data, skip, jax.random.fold_in(key, 1), rule=rule, max_iterations=40)
+                res = run_amp(data, skip, jax.random.fold_in(key, 1), q_init=0.1, m_init=0.1, rule=rule,
+                              max_iterations=60)
                 rows.append(dict(skip=skip, alpha=a, d=d, seed=s, m1=float(res.m[0]), m2=float(res.m[1]),
                                  q1_amp=float(res.q[0]), q2_amp=float(res.q[1]), se_q1=float(se.q[i, 0]),
                                  se_q2=float(se.q[i, 1]), iterations=int(res.iterations),

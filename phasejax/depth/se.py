@@ -72,6 +72,10 @@ class Posterior(NamedTuple):
 
 def _moments(logw, z1, z2):
     """Normalised moments from log-weights `logw (S, K)` of nodes `z1, z2 (S, K, T)`."""
+    finite = jnp.isfinite(logw)
+    logw = jnp.where(finite, logw, -jnp.inf)
+    z1 = jnp.where(finite[..., None], z1, 0.0)  # nodes where A(z_1) is singular carry no weight
+    z2 = jnp.where(finite[..., None], z2, 0.0)
     log_evidence = jax.scipy.special.logsumexp(logw)
     p = jnp.exp(logw - log_evidence)
     mean = jnp.stack([jnp.einsum("sk,ski->i", p, z1), jnp.einsum("sk,ski->i", p, z2)])

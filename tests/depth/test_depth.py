@@ -1,0 +1,146 @@
+"""Depth: the network -> model mapping, the channel inverse, a one-layer reduction against a closed form,
+the weak-recovery threshold against the state evolution's departure from zero, AMP against the SE (slow)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax import float64_scope
+from phasejax.depth import (
+    continuation,
+    inner_rule,
+    model_output,
+    network_output,
+    outer_moments,
+    se_draws,
+    se_map,
+    sequence_index,
+    sequence_index_from_output,
+    solve_se,
+    uninformed_thresholds,
+)
+from phasejax.depth.se import Q_MAX, posterior
+from phasejax.solvers import Status
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_network_equals_sequence_multi_index_model(layers):
+    """The attention network computed on d-dimensional tokens equals g(Z) of the projections Z = W X / sqrt(d)."""
+    with float64_scope():
+        d = 300
+        X = jax.random.normal(jax.random.PRNGKey(0), (5, 2, d))
+        W = jax.random.normal(jax.random.PRNGKey(1), (layers, d))
+        Z = jnp.einsum("ntd,ld->nlt", X, W) / jnp.sqrt(d)
+        for skip in (0.0, 0.7, 3.0):
+            np.testing.assert_allclose(network_output(X, W, skip), model_output(Z, skip), atol=1e-13)
+
+
+def test_output_determines_the_sequence_index_up_to_sign():
+    with float64_scope():
+        Z = jax.random.normal(jax.random.PRNGKey(2), (50, 2, 2))
+        u = sequence_index(Z, 1.3)
+        v = sequence_index_from_output(model_output(Z, 1.3))
+        err = jnp.minimum(jnp.abs(u - v).max(-1), jnp.abs(u + v).max(-1))
+        assert float(err.max()) < 1e-9
+        # each layer's sign is invisible in the output
+        flip = Z.at[:, 0].multiply(-1.0)
+        np.testing.assert_allclose(model_output(flip, 1.3), model_output(Z, 1.3), atol=1e-14)
+
+
+def test_posterior_rule_converges():
+    """The posterior moments agree between Gauss-Hermite orders, also on the narrow ridge (small V_2)."""
+    with float64_scope():
+        rng = np.random.default_rng(3)
+        for V in ([0.6, 0.5], [1.0, 0.05]):
+            V = jnp.asarray(V)
+            om = jnp.sqrt(1 - V)[:, None] * rng.standard_normal((2, 2))
+            u = sequence_index(om + jnp.sqrt(V)[:, None] * rng.standard_normal((2, 2)), 0.7)
+            a, b = posterior(u, om, V, 0.7, inner_rule(16)), posterior(u, om, V, 0.7, inner_rule(28))
+            np.testing.assert_allclose(a.second, b.second, atol=2e-2)
+            np.testing.assert_allclose(a.mean, b.mean, atol=2e-2)
+
+
+def test_one_layer_reduction_against_closed_form():
+    """With layer 1 known (q_1 -> 1) the output reveals +-z_2: the posterior of z_2 sits on the two points
+    +-z_2 with weights N(+-z_2; omega_2, V_2), so E[z_2] = z_2 tanh(omega_2 . z_2 / V_2), and at q_2 = 0 the
+    layer-2 stability constant is E|z z^T - I|_F^2 = E|z|^4 - 2 E|z|^2 + T = 6 for T = 2 (weak recovery at 1/6)."""
+    with float64_scope():
+        draws, rule, skip = se_draws(64, seed=5), inner_rule(8), 1.0
+        q = jnp.asarray([Q_MAX, 0.3])
+        m = outer_moments(q, skip, draws, rule)
+        V2 = 1 - q[1]
+        omega2 = jnp.sqrt(q[1]) * draws.xi[:, 1]
+        z2 = omega2 + jnp.sqrt(V2) * draws.eta[:, 1]
+        g = (z2 * jnp.tanh(jnp.sum(omega2 * z2, -1) / V2)[:, None] - omega2) / V2
+        closed = jnp.sum(g**2, -1)
+        assert float(jnp.median(jnp.abs(m.g2[:, 1] - closed) / (closed + 1))) < 0.02
+        np.testing.assert_allclose(m.g2[:, 1].mean(), closed.mean(), rtol=0.03)
+        m0 = outer_moments(jnp.asarray([Q_MAX, 0.0]), skip, draws, rule)
+        z = draws.eta[:, 1]
+        exact = jnp.sum((z[:, :, None] * z[:, None, :] - jnp.eye(2)) ** 2, (-1, -2))
+        # layer 1 is known up to sqrt(1 - Q_MAX) ~ 0.02, which moves z_2 = A(z_1)^{-1} u by a few percent
+        np.testing.assert_allclose(m0.cov_dev[:, 1], exact, rtol=0.1, atol=0.05)
+        np.testing.assert_allclose(m0.cov_dev[:, 1].mean(), exact.mean(), rtol=0.03)
+    big = np.random.default_rng(0).standard_normal((400_000, 2))
+    dev = np.sum((big[:, :, None] * big[:, None, :] - np.eye(2)) ** 2, (-1, -2))
+    assert abs(dev.mean() - 6.0) < 4 * dev.std() / np.sqrt(dev.size)
+
+
+def test_threshold_matches_departure_of_the_state_evolution():
+    """Layer 2 leaves q_2 = 0 exactly where alpha M_2 > 1 (M_2 from the posterior covariance at Q = 0):
+    the SE map's growth factor at small q_2 equals alpha M_2, and the solve stays at zero below
+    alpha_2 = 1 / M_2 and leaves it above."""
+    with float64_scope():
+        draws, rule, skip = se_draws(128, seed=7), inner_rule(8), 1.0
+        th = uninformed_thresholds(skip, draws, rule)
+        a2 = float(th.alpha0[1])
+        # data processing: y is a function of (z_1 z_1^T, z_2 z_2^T), so layer 2 can do no better than with
+        # z_2 z_2^T observed, whose threshold is 1/6 (test above)
+        assert a2 > 1 / 6 - 3 * float(th.alpha0_err[1])
+        for factor in (0.8, 1.25):
+            qhat, qhat_se = se_map(jnp.asarray([0.0, 1e-5]), factor * a2, skip, draws, rule)
+            # two Monte Carlo estimators of one mean (E |C omega|^2 against q E |C|_F^2): compare within errors
+            tol = 3 * np.hypot(float(qhat_se[1]) / 1e-5, factor * float(th.M_se[1] / th.M[1]))
+            assert abs(float(qhat[1]) / 1e-5 - factor) < tol
+            assert float(qhat[0]) < 1e-20  # layer 1 stays at zero (sign symmetry)
+        below = solve_se(0.8 * a2, skip, q0=(0.0, 1e-3), draws=draws, rule=rule, max_iterations=60, tol=1e-9)
+        above = solve_se(1.25 * a2, skip, q0=(0.0, 1e-3), draws=draws, rule=rule, max_iterations=60, tol=1e-9)
+        assert float(below.q[1]) < 1e-6
+        assert float(above.q[1]) > 0.02
+        assert int(above.status) in (Status.CONVERGED, Status.MAX_ITERATIONS)
+
+
+def test_se_is_vmappable_and_validates():
+    with float64_scope():
+        draws, rule = se_draws(16, seed=1), inner_rule(6)
+        qs = jnp.asarray([[0.0, 0.1], [0.2, 0.3]])
+        out = jax.vmap(lambda q: se_map(q, 0.5, 1.0, draws, rule)[0])(qs)
+        np.testing.assert_allclose(out[1], se_map(qs[1], 0.5, 1.0, draws, rule)[0], rtol=1e-12)
+    with pytest.raises(ValueError, match="alpha"):
+        solve_se(-1.0, 1.0)
+    with pytest.raises(ValueError, match="skip"):
+        uninformed_thresholds(-0.5)
+    with pytest.raises(ValueError, match="q0"):
+        continuation([0.5], 1.0, q0=(1.5, 0.0))
+
+
+@pytest.mark.slow
+def test_amp_fixed_point_matches_state_evolution():
+    """AMP on data (d = 1000, alpha = 0.45, skip 1; 3 seeds; start m = q = 0.1 on both layers) ends at the SE's
+    fixed point within the finite-size band (3 standard deviations over seeds plus 2 / sqrt(d))."""
+    from phasejax.depth import run_amp, sample_data
+
+    with float64_scope():
+        rule, skip, alpha, d = inner_rule(10), 1.0, 0.45, 1000
+        se = solve_se(alpha, skip, draws=se_draws(1024, seed=3), rule=rule, max_iterations=200, tol=1e-8)
+        ms = []
+        for s in range(3):
+            key = jax.random.PRNGKey(s)
+            res = run_amp(sample_data(key, d, alpha, skip), skip, jax.random.fold_in(key, 1), q_init=0.1,
+                          m_init=0.1, rule=rule, max_iterations=60)
+            ms.append(np.asarray(res.m))
+        ms = np.asarray(ms)
+        band = 3 * ms.std(0, ddof=1) + 2 / np.sqrt(d)
+        assert np.all(np.abs(ms.mean(0) - np.asarray(se.q)) < band), (ms, se.q)
+        assert float(se.q[1]) > 0.1 and float(se.q[0]) < 1e-3
