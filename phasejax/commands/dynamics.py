@@ -6,7 +6,8 @@ student against finite-`d` online SGD, and the dynamical phase diagram over omeg
 
 Writes --out (default results/dynamics/): table.npz (the population table), ode.csv (ODE trajectories:
 omega, lr, t, m, e, loss), sgd_trajectories.csv (finite-d SGD from the same init), runs.csv (finite-d SGD
-from random inits: omega, d, seed, mechanism, escape time, the ODE's prediction from the run's own init),
+from random inits at both learning rates: omega, d, lr, seed, mechanism, escape time, the ODE's prediction
+from the run's own init),
 phase_diagram.csv (ODE: omega, lr, d, mechanism fractions, escape times; population minima), summary.json,
 and trajectories.png, phase_diagram.png, escape_time.png. The SGD sweeps are chunked and resumable
 (--run-dir, default <out>/run).
@@ -27,11 +28,13 @@ PRESETS = {
     "cpu": dict(n_grid=21, order=16, order_check=12, curvature_orders=(12, 16, 20, 24, 28), n_angles=16, sgd_d=100,
                 sgd_seeds=24, compare_ds=(100, 200, 400),
                 compare_seeds=16, scaling_ds=(100, 200, 400), scaling_seeds=8,
-                sgd_omegas=(0.5, 0.6, 0.62, 0.64, 0.66, 0.68, 0.7, 0.8)),
+                sgd_omegas=(0.5, 0.6, 0.62, 0.64, 0.66, 0.68, 0.7, 0.8),
+                paper_lr_omegas=(0.62, 0.7), paper_lr_seeds=12, paper_lr_t=2500.0),
     "gpu": dict(n_grid=31, order=24, order_check=20, curvature_orders=(16, 24, 32, 40), n_angles=48, sgd_d=1000,
                 sgd_seeds=64,
                 compare_ds=(100, 300, 1000), compare_seeds=64, scaling_ds=(100, 300, 1000, 3000), scaling_seeds=32,
-                sgd_omegas=(0.5, 0.58, 0.6, 0.62, 0.63, 0.64, 0.65, 0.66, 0.67, 0.68, 0.7, 0.8)),
+                sgd_omegas=(0.5, 0.58, 0.6, 0.62, 0.63, 0.64, 0.65, 0.66, 0.67, 0.68, 0.7, 0.8),
+                paper_lr_omegas=(0.6, 0.62, 0.64, 0.66, 0.68, 0.7), paper_lr_seeds=64, paper_lr_t=2500.0),
 }
 FINE = tuple(round(0.58 + 0.01 * i, 2) for i in range(13))      # the fine grid of the published experiments
 
@@ -231,17 +234,18 @@ def run(args) -> int:
         summary["sgd_vs_ode_rms_deviation"] = dev
 
     # 6. finite-d SGD from random inits: mechanism fractions over omega; escape-time scaling with d
-    runs = {k: [] for k in ("kind", "omega", "d", "seed", "m0", "e0", "m_end", "e_end", "loss_end", "mechanism",
+    runs = {k: [] for k in ("kind", "omega", "d", "lr", "seed", "m0", "e0", "m_end", "e_end", "loss_end", "mechanism",
                             "escape_time", "escape_time_ode", "mechanism_ode")}
 
-    def add_runs(kind, d, tasks, out):
+    def add_runs(kind, d, tasks, out, lr=args.learning_rate):
         with float64_scope():
-            res = jax.vmap(lambda o, a, b: sgd_ode_solve(tab, o, args.learning_rate, a, b, t_max=2e4))(
+            res = jax.vmap(lambda o, a, b: sgd_ode_solve(tab, o, lr, a, b, t_max=2e4))(
                 jnp.asarray(tasks["omega"]), jnp.asarray(out["m0"], jnp.float64), jnp.asarray(out["e0"], jnp.float64))
         n = len(tasks["omega"])
         runs["kind"].append(np.full(n, kind))
         runs["omega"].append(tasks["omega"])
         runs["d"].append(np.full(n, d))
+        runs["lr"].append(np.full(n, lr))
         runs["seed"].append(tasks["seed"])
         for k in ("m0", "e0", "m_end", "e_end", "loss_end", "escape_time"):
             runs[k].append(np.asarray(out[k], np.float64))
@@ -257,6 +261,14 @@ def run(args) -> int:
     if out is None:
         return not_finished(options)
     add_runs("fractions", d, tasks, out)
+    # the same at the published learning rate (fewer omegas and seeds: ten times more steps per unit time)
+    tasks = dict(omega=np.repeat(preset["paper_lr_omegas"], preset["paper_lr_seeds"]).astype(np.float64),
+                 seed=np.tile(np.arange(preset["paper_lr_seeds"]), len(preset["paper_lr_omegas"])) + 500)
+    out = _sgd_sweep(params, tasks, d, int(preset["paper_lr_t"] * d), 5 * d, args.learning_rate_paper, options,
+                     f"fractions_lr_paper_d{d}")
+    if out is None:
+        return not_finished(options)
+    add_runs("fractions_lr_paper", d, tasks, out, lr=args.learning_rate_paper)
     for d in preset["scaling_ds"]:
         tasks = dict(omega=np.full(preset["scaling_seeds"], 0.3), seed=np.arange(preset["scaling_seeds"]) + 7 * d)
         out = _sgd_sweep(params, tasks, d, int(100 * d), max(d // 10, 1), args.learning_rate, options, f"scaling_d{d}")
@@ -265,7 +277,8 @@ def run(args) -> int:
         add_runs("scaling", d, tasks, out)
     runs = {k: np.concatenate(v) for k, v in runs.items()}
     paths.append(write_csv(os.path.join(args.out, "runs.csv"), runs))
-    summary["sgd_fractions"] = _fractions(runs)
+    summary["sgd_fractions"] = _fractions(runs, "fractions")
+    summary["sgd_fractions_lr_paper"] = _fractions(runs, "fractions_lr_paper")
     summary["seconds"] = time.perf_counter() - t0
     summary.update(environment())
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), summary))
@@ -275,12 +288,12 @@ def run(args) -> int:
     return 0
 
 
-def _fractions(runs) -> dict:
+def _fractions(runs, kind: str) -> dict:
     import numpy as np
 
     from phasejax.plotting_experiments import wilson_interval
 
-    sel = runs["kind"] == "fractions"
+    sel = runs["kind"] == kind
     out = {}
     for om in np.unique(runs["omega"][sel]):
         s = sel & (runs["omega"] == om)

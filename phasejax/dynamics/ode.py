@@ -93,9 +93,8 @@ def sgd_ode_solve(table: PopulationTable, omega, lr, m0, e0, *, t_max: float = 1
     """Integrate the online-SGD ODEs from `(m0, e0)`: escape time from the plateau and the state reached.
 
     Leg 1 stops at the escape event `sqrt(m^2 + e^2) = r_escape` (escape time 0 for an init already beyond it;
-    located by Newton root finding on the
-    dense output); leg 2 runs from there until the drift's max-norm, divided by `lr`, is below `steady_tol`
-    (a steady state: status converged) or until `t_max`. Scalars `omega, lr, m0, e0`; vmap for grids.
+    located by Newton root finding on the dense output); leg 2 runs from there until the drift's max-norm,
+    divided by `lr`, is below `steady_tol` (a steady state: status converged) or until `t_max`. Scalars `omega, lr, m0, e0`; vmap for grids.
     """
     omega, lr, m0, e0 = (jnp.asarray(v, table.coefficients.dtype) for v in (omega, lr, m0, e0))
     args = (table, omega, lr)

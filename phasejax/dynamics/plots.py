@@ -19,6 +19,21 @@ def _landscape_alpha_c():
     return np.asarray(t["omega"], float), np.asarray(t["alpha_c"], float)
 
 
+def _sgd_fractions(ax, runs, kind, fmt, color, lr, wilson_interval) -> None:
+    """SGD fractions ending positional per omega, with 68% Wilson intervals, for the runs of `kind`."""
+    sel = runs["kind"] == kind
+    if not np.any(sel):
+        return
+    oms = np.unique(runs["omega"][sel])
+    k = np.asarray([np.sum(runs["mechanism"][sel & (runs["omega"] == o)] == "positional") for o in oms])
+    n = np.asarray([np.sum(sel & (runs["omega"] == o)) for o in oms])
+    lo, hi = wilson_interval(k, n)
+    yerr = [np.clip(k / n - lo, 0, None), np.clip(hi - k / n, 0, None)]
+    d0 = int(runs["d"][sel][0])
+    ax.errorbar(oms, k / n, yerr=yerr, fmt=fmt, color=color, ms=4, capsize=2,
+                label=f"SGD d={d0}, lr={lr:g}, {int(n.min())} runs (68% Wilson)")
+
+
 def plot_all(out: str) -> list[str]:
     """trajectories.png, phase_diagram.png and escape_time.png in `out`; returns their paths."""
     from matplotlib.figure import Figure
@@ -69,16 +84,8 @@ def plot_all(out: str) -> list[str]:
             s = (pd["lr"] == lr) & (pd["d"] == d)
             ax.plot(pd["omega"][s], pd["fraction_positional"][s], ["-", ":"][i % 2], color=colors[k % 4], lw=1.2,
                     label=f"ODE lr={lr:g}, d={int(d)}")
-    sel = runs["kind"] == "fractions"
-    if np.any(sel):
-        oms = np.unique(runs["omega"][sel])
-        k = np.asarray([np.sum(runs["mechanism"][sel & (runs["omega"] == o)] == "positional") for o in oms])
-        n = np.asarray([np.sum(sel & (runs["omega"] == o)) for o in oms])
-        lo, hi = wilson_interval(k, n)
-        d0 = int(runs["d"][sel][0])
-        yerr = [np.clip(k / n - lo, 0, None), np.clip(hi - k / n, 0, None)]
-        ax.errorbar(oms, k / n, yerr=yerr, fmt="o", color="k", ms=4, capsize=2,
-                    label=f"SGD d={d0}, lr={summary['lr']:g} (68% Wilson)")
+    for kind, fmt, color, lr_key in (("fractions", "o", "k", "lr"), ("fractions_lr_paper", "D", "tab:red", "lr_paper")):
+        _sgd_fractions(ax, runs, kind, fmt, color, summary.get(lr_key), wilson_interval)
     sw = summary.get("population_switch_omega")
     if sw is not None and np.isfinite(sw):
         ax.axvline(sw, color="tab:red", lw=1, label=rf"population minimum switches ($\omega$={sw:.3f})")
