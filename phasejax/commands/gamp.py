@@ -115,8 +115,7 @@ def branch_replicon(params, ref: dict) -> dict:
                    replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
                    replicon_tie_width=r.tie_width, two_minima=r.two_minima)
         out = {k: float(v) for k, v in out.items()}
-        out["rs_stable"] = bool(rs_stable(out["replicon_regular"], out["replicon_jump"], out["replicon_regular_err"],
-                                          out["replicon_jump_err"]))
+        out["rs_stable"] = bool(rs_stable(out["replicon_regular"], out["replicon_jump"], out["replicon_regular_err"]))
     return out
 
 

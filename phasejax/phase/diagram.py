@@ -353,8 +353,7 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
         for key in ("replicon", "replicon_regular", "replicon_jump"):
             v = get(key)
             table[f"{key}_positional"], table[f"{key}_semantic"] = v[..., 0], v[..., 1]
-        stable = np.asarray(rs_stable(get("replicon_regular"), get("replicon_jump"), get("replicon_regular_err"),
-                                       get("replicon_jump_err")))
+        stable = np.asarray(rs_stable(get("replicon_regular"), get("replicon_jump"), get("replicon_regular_err")))
         stable = np.where(found & np.isfinite(get("replicon_regular")), stable.astype(float), np.nan)
         table["rs_stable_positional"], table["rs_stable_semantic"] = stable[..., 0], stable[..., 1]
         table["rs_stable_global"] = pick(stable)

@@ -68,7 +68,8 @@ class RepliconResult:
         node's minimiser jumps.
       jump: `()` `A = tie_width (value - regular)`, the coefficient of `1 / tie_width` (0 at `tie_width = 0`);
         `> 0` means the replicon diverges as the smoothing goes to zero.
-      two_minima: `()` weight fraction of nodes with a second prox minimum within `20 tie_width` of the lowest.
+      two_minima: `()` weight fraction of nodes with a second (converged, distinct) prox minimum whose envelope is
+        within about `400 tie_width` of the lowest (weight above `1e-9` in a blend of width `20 tie_width`).
       prox_unconverged: `()` weight fraction of nodes whose lowest minimiser has gradient above `prox_tol`.
       tie_width: `()` the smoothing used.
     """
@@ -102,7 +103,7 @@ def spectral_radius(M: Array) -> Array:
 def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie_width, *, warm: Array | None = None,
                    n_steps: int = 30, prox_tol: float = 1e-8) -> tuple[Array, Array, Array, Array]:
     """Per node `(N,)`: the Jacobian `d f / d omega (N, L r, L r)` of the hard selection, the smoothed one at
-    `tie_width` (equal where `tie_width = 0`), a flag for a second minimum within `20 tie_width`, and the lowest
+    `tie_width` (equal where `tie_width = 0`), a flag for a second minimum (`RepliconResult.two_minima`), and the lowest
     minimiser's gradient norm.
 
     Every node's proximal problem is solved from `omega`, `-omega` (the mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` with
@@ -214,23 +215,23 @@ def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: fl
 
 
 JUMP_TOL = 1e-7
-"""A jump strength `A` counts as a jump (the replicon diverges as the smoothing goes to zero) when it is above
-this and above its own 95% error: at the reference smoothing `1e-3` such an `A` adds `1e-4` to the replicon; where
-no node has two minima `A` is below `1e-10`."""
+"""A jump strength `A` above this counts as a jump (the replicon diverges as the smoothing goes to zero): at the
+reference smoothing `1e-3` such an `A` adds `1e-4` to the replicon, and it breaks replica symmetry below the
+smoothing (energy) `tau* = A / (1 - R_regular) ~ 1e-7`. `A` varies smoothly across a phase diagram while its
+replica error is heavy-tailed (a few nodes near a tie carry it), so the test is on `A` itself: on the semantic
+branch of the main setting `A` falls by about one decade per 0.1 in alpha where it crosses this value."""
 
 REPLICON_STEPS = 16
 """Damped Newton steps per cold start of every node's prox in `replicon_columns`."""
 
 
-def rs_stable(regular, jump, regular_err=0.0, jump_err=0.0):
+def rs_stable(regular, jump, regular_err=0.0):
     """Where the replica-symmetric fixed point is locally stable in the limit of zero smoothing: the regular
-    replicon below 1 by more than its error, and no jump term (`jump` not above `max(JUMP_TOL, jump_err)`).
-    NaN values give `False`; NaN errors count as 0."""
+    replicon below 1 by more than its error, and no jump term (`jump <= JUMP_TOL`). NaN values give `False`;
+    a NaN error counts as 0."""
     regular, jump = jnp.asarray(regular), jnp.asarray(jump)
     r_err = jnp.nan_to_num(jnp.asarray(regular_err), nan=0.0)
-    j_err = jnp.nan_to_num(jnp.asarray(jump_err), nan=0.0)
-    no_jump = jump <= jnp.maximum(JUMP_TOL, j_err)
-    return (regular + r_err < 1.0) & no_jump
+    return (regular + r_err < 1.0) & (jump <= JUMP_TOL)
 
 
 REPLICON_COLUMNS = ("replicon", "replicon_err", "replicon_regular", "replicon_regular_err", "replicon_jump",

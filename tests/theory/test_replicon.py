@@ -94,7 +94,7 @@ def test_spectral_radius_and_rs_stable():
         assert float(spectral_radius(jnp.array([[-0.3]]))) == pytest.approx(0.3)
     assert bool(rs_stable(0.5, 0.0)) and not bool(rs_stable(0.5, 1e-4)) and not bool(rs_stable(1.2, 0.0))
     assert not bool(rs_stable(0.95, 0.0, 0.1)) and not bool(rs_stable(np.nan, 0.0))
-    assert bool(rs_stable(0.5, 1e-6, 0.0, 2e-6))              # a jump strength within its error is no jump
+    assert bool(rs_stable(0.5, 5e-8)) and not bool(rs_stable(0.5, 2e-7))
 
 
 def test_invalid_tie_width():
