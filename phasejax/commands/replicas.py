@@ -235,7 +235,7 @@ def plot_q12_over_q(table: dict, path: str) -> str:
             if j == 0:
                 ax.set_ylabel(r"$q_{12}/q$")
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7, loc="lower left")
+                ax.legend(fontsize=7, loc="best")
             else:
                 ax.text(0.5, 0.5, "no pair stayed in its branch\n(here the minimiser is Q = 0)", ha="center",
                         va="center", transform=ax.transAxes, fontsize=8)
