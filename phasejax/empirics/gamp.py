@@ -444,8 +444,8 @@ class GAMPSweep:
     Attributes (numpy, leading axis = runs) in `columns`: d, seed (int); branch, onsager, status (str);
       verdict (str: converged / unstable / diverged, `run_verdicts`) and instability (the tail residual);
       replicon, replicon_err, replicon_regular, replicon_jump (the SE branch's replicon at the sweep's point,
-      `phasejax.theory.replicon`; set by `with_verdicts`, NaN until then); iterations (int); grad_norm, C (float); q, m, theta (final per-token overlaps
-      `sigma_1^2 q0`, `m`, `sigma_1^2 theta0`); histories `q_hist, m_hist, theta_hist (runs, T + 1)`,
+      `phasejax.theory.replicon`; set by `with_verdicts`, NaN until then); iterations (int); grad_norm, C (float);
+      q, m, theta (final per-token overlaps `sigma_1^2 q0`, `m`, `sigma_1^2 theta0`); histories `q_hist, m_hist, theta_hist (runs, T + 1)`,
       `residual, flip_fraction, flip_share (runs, T)` in `histories`; `config` (dict: alpha, omega, lam, C0,
       max_iter, tol, ...). Runs are ordered by `d`, then `onsager`, then `branch`, then `seed`.
     """

@@ -106,7 +106,8 @@ def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie
     `tie_width` (equal where `tie_width = 0`), a flag for a second minimum (`RepliconResult.two_minima`), and the lowest
     minimiser's gradient norm.
 
-    Every node's proximal problem is solved from `omega`, `-omega` (the mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` with
+    Every node's proximal problem is solved from `omega`, `-omega` (the mirror basin: the dot-product student is
+    even) and (optionally) `warm (N, L r)` with
     `n_steps` damped Newton steps each; `J_k = V^{-1}(H_k^{-1} V^{-1} - I)` at every minimum `k` (implicit function
     theorem, `H_k` the objective's Hessian there), the blend as in the module docstring.
     """
