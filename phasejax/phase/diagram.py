@@ -102,10 +102,13 @@ class PhaseConfig:
       seeds: per subspace, the per-token `(q, m, V, theta)` census seeds; each is followed along alpha
         (default: the first two of `phasejax.theory.CENSUS_SEEDS` per subspace).
       se: `SEConfig` of every solve.
+      replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon`, once per point
+        after its solve, about one map evaluation of the rule's replicas); `False` leaves them out.
     """
 
     seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})
     se: SEConfig = SEConfig()
+    replicon: bool = True
 
     def __post_init__(self):
         seeds = {b: tuple(tuple(float(v) for v in s) for s in self.seeds.get(b, ())) for b in PHASE_BRANCHES}
@@ -138,9 +141,9 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
             res = solve_row_jit(p, order, init, scheme, config.se)
             res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
             cols = jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
-            # the replicon of every fixed point, once per point after the solve (phasejax.theory.replicon)
-            cols.update(map_points(lambda x: replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2]),
-                                   (res.overlaps, alphas, res.converged)))
+            if config.replicon:   # the replicon of every fixed point, once per point after the solve
+                cols.update(map_points(lambda x: replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2]),
+                                       (res.overlaps, alphas, res.converged)))
             return cols
 
         return map_points(track, track_inits)
@@ -504,13 +507,15 @@ def _max_abs(points, key) -> float | None:
 
 def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: PhaseConfig) -> dict:
     """The complete configuration of a phase-diagram run (JSON; functions by content in the fingerprint)."""
-    return dict(kind="tied_attention_phase_diagram", alphas=list(grid.alphas), omegas=list(grid.omegas),
-                sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
-                C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
-                student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
-                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
-                se_config=dataclasses.asdict(config.se),
-                replicon=dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS))
+    cfg = dict(kind="tied_attention_phase_diagram", alphas=list(grid.alphas), omegas=list(grid.omegas),
+               sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
+               C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
+               student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
+               seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
+               se_config=dataclasses.asdict(config.se))
+    if config.replicon:
+        cfg["replicon"] = dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS)
+    return cfg
 
 
 def _scheme_fields(scheme) -> dict:
