@@ -49,7 +49,7 @@ def test_an_existing_record_is_not_overwritten(tmp_path, run_cli):
     path = tmp_path / f"{bench.device_name()}.json"
     path.write_text('{"kept": true}\n')
     code, _, err = run_cli(["bench", "--quick", "--parts", "cold_solve", "--out", str(tmp_path), "--no-progress"])
-    assert code == 1
+    assert code == 2
     assert path.read_text() == '{"kept": true}\n'
     assert "--overwrite" in err and len(err.strip().splitlines()) == 1
 
@@ -64,7 +64,7 @@ def test_parts_must_name_known_figures(parts, tmp_path, run_cli):
 def test_a_missing_reference_script_is_an_error(tmp_path, run_cli):
     code, _, err = run_cli(["bench", "--parts", "batch", "--reference", str(tmp_path / "none.py"), "--out",
                          str(tmp_path)])
-    assert code == 1 and "--reference" in err
+    assert code == 2 and "--reference" in err
 
 
 def test_helpers():

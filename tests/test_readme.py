@@ -1,4 +1,5 @@
-"""The README's Python snippets, run top to bottom in one fresh interpreter (slow: they solve at the default)."""
+"""The Python snippets of the README and of the guide pages, run top to bottom in one fresh interpreter (slow:
+they solve at the default)."""
 
 import os
 import re
@@ -10,9 +11,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+PAGES = ("README.md", "docs/quickstart.md", "docs/usage.md", "docs/experiments.md", "docs/extensions/index.md",
+         "docs/sandboxes/index.md")
+
+
 def readme_snippets() -> list[str]:
-    text = open(os.path.join(ROOT, "README.md")).read()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    snippets = []
+    for page in PAGES:
+        text = open(os.path.join(ROOT, page)).read()
+        snippets += re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return snippets
 
 
 def test_the_readme_has_a_tour():
