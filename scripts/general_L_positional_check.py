@@ -1,4 +1,4 @@
-"""Is there a second SE fixed point where the L = 3 students that stay positional end? (issue 12, item 5)
+"""Is there a second SE fixed point where the L = 3 students that stay positional end?
 
 At `alpha = 1.1` (equal sigma, omega = 0.3) the positional students of `results/extensions/general_L/runs.csv`
 sit at `m ~ 0.27`, `q ~ 0.085`, far from the SE's positional fixed point (`m = 0.194`, `q = 0.109`). This

@@ -1,6 +1,6 @@
 """Factual recall in a one-layer transformer: the hallucination plateau and facts stored against parameters.
 
-Two parts (issue 14, part B; Nichani, Lee, Bietti 2024):
+Two parts (Nichani, Lee, Bietti 2024):
 
 * learning curves of an attention + MLP and an attention-only model on the
   factual-recall task (S subjects, R relations, |A_r| attributes per relation,

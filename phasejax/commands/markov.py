@@ -1,4 +1,4 @@
-"""Single-layer transformer on binary first-order Markov chains (issue 13 part A): phase diagrams over (p, q).
+"""Single-layer transformer on binary first-order Markov chains (Makkuva et al. 2024): phase diagrams over (p, q).
 
 Trains Gaussian-initialised one-layer transformers (embedding, learned positions,
 causal softmax attention, ReLU feed-forward, readout tied to the embedding or not)

@@ -1,4 +1,4 @@
-"""Capacity of associative memories (issue 14, Part A).
+"""Capacity of associative memories.
 
 Random unit embeddings e_x, u_y in R^d, a map f*: [N] -> [M] and argmax
 decoding f(x) = argmax_y u_y^T F(e_x). Sweeps recall over (N, d, seed) for the

@@ -24,7 +24,7 @@ from phasejax.theory import (
 PAPER = make_params(2.0, 0.3)
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)   # 3584 nodes: fast, ~1% accurate
 
-# Converged values at alpha = 2, omega = 0.3 (issue 10: scrambled Sobol, 2^16 points, two scrambles; uncertainty
+# Converged values at alpha = 2, omega = 0.3 (scrambled Sobol, 2^16 points, two scrambles; uncertainty
 # in the last digit where given). The default must match q, m, theta, V within 0.5% and e_t within 2e-6.
 CONVERGED = {
     "positional": dict(q=0.0510, m=0.2583, V=11.36, theta=0.0, e_t=0.004513),
