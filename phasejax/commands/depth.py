@@ -29,11 +29,11 @@ SKIP_GRID = (0.0, 0.25, 0.5, 0.625, 0.75, 0.875, 1.0, 1.125, 1.25, 1.5, 2.0, 3.0
 
 PRESETS = {
     "cpu": dict(draws_stability=1024, draws_scan=128, draws_se=256, order=10, n_scan=5, se_skips=(1.0,),
-                se_alphas=(0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.2, 1.6), amp_d=(200, 400, 800),
-                amp_alphas=(0.3, 0.45, 1.2), amp_seeds=2, max_iterations=60),
+                se_alphas=(0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.2, 1.6), amp_d=(500, 1000, 2000, 4000),
+                amp_alphas=(0.45, 1.2), amp_seeds=2, max_iterations=60),
     "gpu": dict(draws_stability=16384, draws_scan=2048, draws_se=4096, order=20, n_scan=10,
                 se_skips=(0.5, 1.0, 2.0), se_alphas=tuple(round(0.05 * k, 2) for k in range(1, 41)),
-                amp_d=(500, 1000, 2000, 4000), amp_alphas=(0.3, 0.45, 0.75, 1.2), amp_seeds=5, max_iterations=200),
+                amp_d=(1000, 2000, 4000, 8000), amp_alphas=(0.3, 0.45, 0.75, 1.2), amp_seeds=5, max_iterations=200),
 }
 
 
@@ -48,8 +48,8 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: 13 skips, 1024/128/256 draws, GH order 10, SE at skip 1, AMP d <= 800; "
-                   "gpu: 16384/2048/4096 draws, order 20, SE at skips 0.5, 1, 2, AMP d <= 4000")
+    add_preset(ap, "cpu: 13 skips, 1024/128/256 draws, GH order 10, SE at skip 1, AMP d <= 4000; "
+                   "gpu: 16384/2048/4096 draws, order 20, SE at skips 0.5, 1, 2, AMP d <= 8000")
     ap.add_argument("--skip-grid", type=_floats, default=SKIP_GRID, help="comma-separated skip strengths")
     ap.add_argument("--seed", type=positive_int, default=1, help="seed of the Monte Carlo draws and of AMP")
     ap.add_argument("--no-amp", action="store_true", help="skip the AMP runs")
@@ -134,7 +134,7 @@ def amp_table(skip, alphas, ds, seeds, preset, seed, se_rows) -> dict:
                 key = jax.random.PRNGKey(1000 * seed + 7 * s + d)
                 data = sample_data(key, d, a, skip)
                 res = run_amp(data, skip, jax.random.fold_in(key, 1), q_init=0.1, m_init=0.1, rule=rule,
-                              max_iterations=60)
+                              max_iterations=80)
                 rows.append(dict(skip=skip, alpha=a, d=d, seed=s, m1=float(res.m[0]), m2=float(res.m[1]),
                                  q1_amp=float(res.q[0]), q2_amp=float(res.q[1]), se_q1=float(se.q[i, 0]),
                                  se_q2=float(se.q[i, 1]), iterations=int(res.iterations),

@@ -108,13 +108,14 @@ class _AMP:
 
 @uses_float64
 def run_amp(data: DepthData, skip, key, *, q_init: float = 0.1, m_init: float = 0.0, rule: InnerRule | None = None,
-            damping: float = 0.5, tol: float = 1e-3, max_iterations: int = 60) -> AMPResult:
+            damping: float = 1.0, tol: float = 1e-4, max_iterations: int = 80) -> AMPResult:
     """AMP from `what = m_init w + sqrt(q_init - m_init^2) xi`, `xi ~ N(0, I)`, and `V = 1 - q_init`.
 
     `m_init = 0` is a random start (no information on the teacher). On the Nishimori line
     (`q_init = m_init`) a small `m_init` is the finite-size counterpart of the state evolution's start
     `q = q_floor`: from a purely random start at `d <= 800` AMP did not leave the noise level within 60
-    steps even where the SE's uninformative point is unstable (docs/depth.md, section 4).
+    steps even where the SE's uninformative point is unstable (docs/depth.md, section 4). Damping below 1
+    breaks the Onsager term's bookkeeping (damped runs at `d <= 800` fell back to the noise level).
 
     Stops when the overlaps change by less than `tol` relative to `max(m, 0.05)` (after at least 10 steps).
     """
