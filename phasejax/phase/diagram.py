@@ -471,16 +471,24 @@ class PhaseDiagram:
 
     @classmethod
     def load(cls, out_dir: str) -> "PhaseDiagram":
-        """Read a diagram written by `write` back (the tables are parsed from the CSV files)."""
-        g = read_json(os.path.join(out_dir, "grid.json"))
+        """Read a diagram written by `write` back (the tables are parsed from the CSV files). A missing, truncated
+        or malformed file, or one without a column the diagram needs, is a `ValueError` naming the file and the
+        column."""
+        g = read_json(os.path.join(out_dir, "grid.json"), kind=dict)
+        if not all(isinstance(g.get(k), list) and g.get(k) for k in ("alphas", "omegas")):
+            raise ValueError(f"{os.path.join(out_dir, 'grid.json')} must hold non-empty lists 'alphas' and 'omegas'")
         grid = PhaseGrid(tuple(g["alphas"]), tuple(g["omegas"]))
-        pts = read_csv(os.path.join(out_dir, "points.csv"))
+        pts = read_csv(os.path.join(out_dir, "points.csv"),
+                       required=dict(omega="number", alpha="number", branch="str", status="str", converged="bool",
+                                     distinct="bool", is_branch="bool", train_loss="number",
+                                     test_error="number"), min_rows=1)
         pts["branch"] = np.asarray([PHASE_BRANCHES.index(b) for b in pts["branch"]], np.int32)
         pts["status"] = np.asarray([status_code(s) for s in pts["status"]], np.int32)
         for k in ("distinct", "is_branch", "converged"):
             pts[k] = pts[k].astype(bool)
-        diag = read_csv(os.path.join(out_dir, "diagram.csv"))
         shape = (len(grid.omegas), len(grid.alphas))
+        diag = read_csv(os.path.join(out_dir, "diagram.csv"),
+                        required=dict(omega="number", alpha="number", delta_e="number"), min_rows=shape[0] * shape[1])
         table = {}
         for k, v in diag.items():
             if k in ("omega", "alpha"):
@@ -488,8 +496,11 @@ class PhaseDiagram:
             if k == "global_branch":
                 v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
             table[k] = np.asarray(v).reshape(shape)
-        th = read_csv(os.path.join(out_dir, "thresholds.csv"))
-        summary = read_json(os.path.join(out_dir, "summary.json"))
+        th = read_csv(os.path.join(out_dir, "thresholds.csv"),
+                      required=dict(omega="number", alpha_c="number", alpha_l="number"), min_rows=shape[0])
+        summary = read_json(os.path.join(out_dir, "summary.json"), kind=dict)
+        if "config" not in summary:
+            raise ValueError(f"{os.path.join(out_dir, 'summary.json')} has no 'config'")
         return cls(grid=grid, points=pts, table=table, thresholds=th, config=summary["config"])
 
 

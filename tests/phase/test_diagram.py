@@ -150,3 +150,41 @@ def test_committed_main_job_matches_the_converged_thresholds(omega, ref, ref_err
         assert not any(str(v).startswith("unresolved") for v in diag[f"verdict_{b}"])
     pts = read_csv(os.path.join(ROOT, "results", "phase_diagram", "points.csv"))
     assert set(pts["status"]) == {"converged"}
+
+
+@pytest.mark.parametrize("damage", ["drop_delta_e", "truncate_points", "garbage_summary", "text_in_alpha_c",
+                                    "list_grid"])
+def test_load_names_the_damaged_file_and_column(tmp_path, damage):
+    import shutil
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "results", "phase_diagram")
+    out = tmp_path / "pd"
+    shutil.copytree(src, out)
+    PhaseDiagram.load(str(out))                        # the committed diagram loads
+    if damage == "drop_delta_e":
+        lines = (out / "diagram.csv").read_text().splitlines()
+        col = lines[0].split(",").index("delta_e")
+        (out / "diagram.csv").write_text("\n".join(",".join(c for j, c in enumerate(line.split(",")) if j != col)
+                                                   for line in lines) + "\n")
+        expect = ("diagram.csv", "delta_e")
+    elif damage == "truncate_points":
+        text = (out / "points.csv").read_text()
+        (out / "points.csv").write_text(text[: len(text) // 2])
+        expect = ("points.csv", "line")
+    elif damage == "garbage_summary":
+        (out / "summary.json").write_text("{not json")
+        expect = ("summary.json", "JSON")
+    elif damage == "text_in_alpha_c":
+        lines = (out / "thresholds.csv").read_text().splitlines()
+        cells = lines[1].split(",")
+        cells[1] = "abc"
+        lines[1] = ",".join(cells)
+        (out / "thresholds.csv").write_text("\n".join(lines) + "\n")
+        expect = ("thresholds.csv", "alpha_c")
+    else:
+        (out / "grid.json").write_text("[1, 2]")
+        expect = ("grid.json", "object")
+    with pytest.raises(ValueError) as info:
+        PhaseDiagram.load(str(out))
+    for word in expect:
+        assert word in str(info.value), str(info.value)
