@@ -154,6 +154,9 @@ def make_params(
     read from `A`. `C` defaults to the paper's `[[1], [-1]]` for `L = 2`
     (and to alternating signs `(+1, -1, +1, ...)`, one direction, otherwise).
     `alpha`, `omega`, `lam` may carry a leading batch axis for `jax.vmap`.
+    `A` (the target's positional attention matrix) may hold any finite entries: its rows need not sum to
+    one, and where they do not, the target's positional attention rows do not either (the target is then
+    not an attention map, but the theory holds unchanged); nonfinite entries raise `ValueError`.
 
     Example:
       >>> p = make_params(2.0, 0.3)            # paper setting at alpha=2, omega=0.3
