@@ -6,7 +6,7 @@
 
 Each extension (`phasejax.extensions.<name>`) writes theory.csv (state evolution with 95% quadrature errors,
 where the extension has a theory), runs.csv (one row per trained student), thresholds.csv, summary.json and a
-figure (`phasejax.extensions._framework.ExtensionResult`). Chunks go to --run-dir (default <out>/run): a killed
+figure (`phasejax.extensions.framework.ExtensionResult`). Chunks go to --run-dir (default <out>/run): a killed
 run resumes there. An --out folder that holds results of another configuration (or files of unknown origin,
 such as the committed results/) is refused unless --overwrite.
 """
@@ -109,7 +109,7 @@ def run_extension(name: str, preset: str, out: str, *, run_dir: str | None = Non
                   tied_path: str | None = None, replot: bool = False) -> list[str]:
     """Compute (or, with `replot`, re-derive from `out`'s CSVs) extension `name`'s preset and write its bundle
     and figure into `out`; returns the paths written."""
-    from phasejax.extensions._framework import ExtensionResult, read_table, tied_thresholds
+    from phasejax.extensions.framework import ExtensionResult, read_table, tied_thresholds
     from phasejax.plotting import save_figure
 
     module = importlib.import_module(f"phasejax.extensions.{name}")

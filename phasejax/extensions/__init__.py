@@ -6,7 +6,7 @@ is its own (parameters, inits, extra columns, the functions that compute them) a
 the command `phasejax extension <name>` (`phasejax/commands/extension.py`, which holds the presets):
 `compute(preset, P, *, run_dir, progress) -> ExtensionResult`, `finish(result)` (the tables derived from
 `theory` and `runs`) and `figures(result) -> {file name: Figure}`. Everything shared (the result bundle,
-matching runs to theory, seed means, thresholds, figures) is in `phasejax.extensions._framework`.
+matching runs to theory, seed means, thresholds, figures) is in `phasejax.extensions.framework`.
 
 * `untied`: untied query and key matrices (`W_Q != W_K`).
 * `correlated`: tokens from a Gaussian mixture with cluster labels correlated across positions.

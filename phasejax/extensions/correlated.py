@@ -55,7 +55,7 @@ from phasejax.empirics.data import cast_params, check_positive_int, positional_d
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import INITS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     ExtensionResult, attach_theory, concat_tables, draw_band, empirical_alpha_c, ordered, paired_gap,
     seed_means, sub_options,
 )
@@ -474,7 +474,7 @@ def theory_tables(preset: dict, params: TiedAttentionParams, run_dir: str | None
 def empirical_thresholds(runs: dict) -> dict[str, np.ndarray]:
     """Per `(d, rho)` of the runs (init names): `alpha_c` where the seed mean of `e_t(semantic) - e_t(positional)`
     (paired by seed) crosses zero, its 95% bootstrap error over seeds, and the paired shift `alpha_c(rho) -
-    alpha_c(rho = 0)` (same seeds and resamples; `_framework.empirical_alpha_c`)."""
+    alpha_c(rho = 0)` (same seeds and resamples; `framework.empirical_alpha_c`)."""
     rows = []
     for d in np.unique(runs["d"]):
         at_d = np.asarray(runs["d"]) == d

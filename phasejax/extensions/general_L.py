@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.empirics.metrics import MIN_ADJUSTED_SEEDS
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, relative_gaps,
     seed_means, sub_options, train_tied,
 )

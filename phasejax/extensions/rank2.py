@@ -24,7 +24,7 @@ raw entries in the gauge frame (`q0_i, m0_i, theta0_i`).
 Experiments: tied rank-2 students (`phasejax.empirics.TiedAttention`, `r = 2`)
 trained by L-BFGS from the same three inits (`init_columns`, plus a small
 random part that breaks the column-swap symmetry), swept with `run_chunked`.
-Outputs, thresholds and the figure come from `phasejax.extensions._framework`.
+Outputs, thresholds and the figure come from `phasejax.extensions.framework`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from jax.flatten_util import ravel_pytree
 from phasejax.empirics.data import generate_data, run_keys, sample_tokens, teacher_labels
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     EXTENSION_SE_CONFIG, ExtensionResult, agreement, attach_theory, branch_figure, branch_thresholds,
     concat_tables, continuation_table, mark_global_minimum, ordered, scheme_config, sub_options,
     train_students_table,

@@ -25,7 +25,7 @@ is also what the free-`m` solve converges to where it is stable.
 `compute` builds the phase diagram (`phasejax.phase.phase_diagram`) of the second
 `A`, compares its thresholds with the standard `A`'s, and trains tied students
 from positional and semantic inits at `omega = 0.3` (`phasejax.empirics.train_students`).
-Outputs and thresholds come from `phasejax.extensions._framework`.
+Outputs and thresholds come from `phasejax.extensions.framework`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, finite_err, json_ready,
     relative_gaps, seed_means, sub_options, tied_thresholds, train_tied,
 )

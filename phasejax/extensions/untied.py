@@ -33,7 +33,7 @@ from phasejax.empirics.data import cast_params, generate_data, run_keys, sample_
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import UntiedAttention, positional_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     EXTENSION_SE_CONFIG, ExtensionResult, agreement, attach_theory, branch_figure, branch_thresholds,
     concat_tables, continuation_table, json_ready, mark_global_minimum, ordered, scheme_config, sub_options,
     tied_thresholds, train_students_table, with_tied_thresholds,

@@ -54,7 +54,7 @@ from phasejax.empirics.data import (
 from phasejax.empirics.metrics import classify_solution, fresh_test_error
 from phasejax.empirics.students import init_weights
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     ExtensionResult, attach_theory, concat_tables, diagram_tables, draw_band, empirical_alpha_c, ordered,
     paired_gap, seed_means, sub_options,
 )
@@ -351,7 +351,7 @@ or `experiment` (seed-averaged crossing, 95% bootstrap half-width over seeds); `
 
 def experiment_thresholds(runs: dict) -> dict[str, list]:
     """Empirical `alpha_c` per `(omega, d, model)` of `runs` (names for init and model): where the seed mean of
-    `e_t(semantic) - e_t(positional)` crosses zero (`_framework.empirical_alpha_c`)."""
+    `e_t(semantic) - e_t(positional)` crosses zero (`framework.empirical_alpha_c`)."""
     out = {k: [] for k in THRESHOLD_COLUMNS}
     r = {k: np.asarray(v) for k, v in runs.items()}
     for w in np.unique(r["omega"]):

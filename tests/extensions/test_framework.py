@@ -1,4 +1,4 @@
-"""The extensions' shared framework (`phasejax.extensions._framework`) and the `extension` command: the result
+"""The extensions' shared framework (`phasejax.extensions.framework`) and the `extension` command: the result
 bundle's round trip and its checks on load, matching runs to theory, agreement with each seed's teacher, thresholds
 of constructed tables (roots known in closed form), bootstrap thresholds of paired runs, the tied comparison,
 and the command's output folder (refused when foreign, resumable under <out>/run, re-derived by --replot)."""
@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from phasejax.extensions._framework import (
+from phasejax.extensions.framework import (
     ExtensionResult,
     agreement,
     attach_theory,

@@ -9,7 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from phasejax.empirics.training import TrainConfig
-from phasejax.extensions._framework import run_tasks
+from phasejax.extensions.framework import run_tasks
 from phasejax.extensions.rank2 import (
     INITS,
     classify_fixed_point,
@@ -201,7 +201,7 @@ def test_smoothed_selection_converges_where_the_hard_one_stops():
     (theory notes, section 8.5)."""
     import dataclasses
 
-    from phasejax.extensions._framework import EXTENSION_SE_CONFIG, resolved_rows
+    from phasejax.extensions.framework import EXTENSION_SE_CONFIG, resolved_rows
     from phasejax.extensions.rank2 import RANK2_SE_CONFIG
     from phasejax.theory.quadrature import SobolRule
 
