@@ -111,12 +111,16 @@ def test_threshold_matches_departure_of_the_state_evolution():
         assert int(above.status) in (Status.CONVERGED, Status.MAX_ITERATIONS)
 
 
-def test_se_is_vmappable_and_validates():
+@pytest.mark.slow
+def test_se_map_is_vmappable():
     with float64_scope():
         draws, rule = se_draws(16, seed=1), inner_rule(6)
         qs = jnp.asarray([[0.0, 0.1], [0.2, 0.3]])
         out = jax.vmap(lambda q: se_map(q, 0.5, 1.0, draws, rule)[0])(qs)
         np.testing.assert_allclose(out[1], se_map(qs[1], 0.5, 1.0, draws, rule)[0], rtol=1e-12)
+
+
+def test_invalid_inputs_raise():
     with pytest.raises(ValueError, match="alpha"):
         solve_se(-1.0, 1.0)
     with pytest.raises(ValueError, match="skip"):
@@ -126,9 +130,6 @@ def test_se_is_vmappable_and_validates():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="AMP lags the SE at d <= 4000 (skip 1, alpha = 1.2, d = 2000: m_1 = 0.925 against "
-                          "q_1 = 0.971); whether the gap closes as 1/sqrt(d) is not established (docs/depth.md, "
-                          "section 4)", strict=False)
 def test_amp_fixed_point_matches_state_evolution():
     """AMP on data (d = 2000, alpha = 1.2, skip 1; 3 seeds; start m = q = 0.1 on both layers) ends at the SE's
     fixed point within the finite-size band (3 standard deviations over seeds plus 2 / sqrt(d))."""
