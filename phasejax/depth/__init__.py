@@ -17,7 +17,7 @@ from phasejax.depth.model import (
     sequence_index_from_output,
 )
 from phasejax.depth.se import (
-    SEResult,
+    DepthSEResult,
     bayes_test_error,
     continuation,
     free_entropy,
@@ -42,7 +42,7 @@ __all__ = [
     "BranchScan",
     "ConditionalThreshold",
     "DepthData",
-    "SEResult",
+    "DepthSEResult",
     "Thresholds",
     "attention",
     "bayes_test_error",

@@ -260,7 +260,7 @@ class _Fixed:
 
 
 @struct.dataclass
-class SEResult:
+class DepthSEResult:
     """A fixed point: `q (2,)` (layer 1, layer 2), `qhat (2,)` and its Monte Carlo standard error `qhat_se (2,)`,
     `q_se (2,)` (the standard error carried to `q`), `residual ()`, `iterations ()`, `status ()` (`Status` code)."""
 
@@ -280,7 +280,7 @@ def _solve(alpha, skip, q0, draws, rule, damping, tol, max_iterations, frozen):
     q = out.state.q
     qhat, se = se_map(q, alpha, skip, draws, rule)
     q_se = se / (1.0 + qhat) ** 2
-    return SEResult(q=q, qhat=qhat, qhat_se=se, q_se=q_se, residual=out.state.residual,
+    return DepthSEResult(q=q, qhat=qhat, qhat_se=se, q_se=q_se, residual=out.state.residual,
                     iterations=out.steps, status=out.status)
 
 
@@ -298,7 +298,7 @@ def _check(alpha=None, skip=None, q0=None):
 @uses_float64
 def solve_se(alpha, skip, q0=(1e-3, 1e-3), draws: Draws | None = None, rule: InnerRule | None = None, *,
              damping: float = 1.0, tol: float = 1e-7, max_iterations: int = 400,
-             frozen=(False, False)) -> SEResult:
+             frozen=(False, False)) -> DepthSEResult:
     """Iterate the state evolution from `q0 (2,)` to a fixed point (jittable and vmappable in `alpha, skip, q0`).
 
     `frozen (2,)` pins a layer's overlap at zero (the fixed point where only the
@@ -317,12 +317,12 @@ _solve_jit = jax.jit(_solve, static_argnames=("damping", "tol", "max_iterations"
 @uses_float64
 def continuation(alphas, skip, q0=(1e-3, 1e-3), draws: Draws | None = None, rule: InnerRule | None = None, *,
                  q_floor: float = 1e-3, damping: float = 1.0, tol: float = 1e-7, max_iterations: int = 400,
-                 frozen=(False, False)) -> SEResult:
+                 frozen=(False, False)) -> DepthSEResult:
     """Fixed points along increasing (or decreasing) `alphas (n,)`, each started from the previous one.
 
     The start is raised to at least `q_floor` per layer, so that a layer can
     leave the uninformative point where it is unstable (at `q = 0` exactly the
-    map stays at zero by symmetry). Returns an `SEResult` with a leading axis `n`.
+    map stays at zero by symmetry). Returns an `DepthSEResult` with a leading axis `n`.
     """
     alphas = np.asarray(alphas, np.float64)
     _check(alphas, skip, q0)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.depth.se import Draws, InnerRule, SEResult, continuation, free_entropy, inner_rule, outer_moments, se_draws
+from phasejax.depth.se import Draws, InnerRule, DepthSEResult, continuation, free_entropy, inner_rule, outer_moments, se_draws
 from phasejax.precision import uses_float64
 from phasejax.solvers import Status
 
@@ -137,7 +137,7 @@ class BranchScan:
     `alphas (n,)`, their free entropies `phi_low, phi_high (n,)` with standard errors `phi_se (n,)` (of the
     difference, common draws), `coexist (n,)` (both solves converged and the branches differ by more than `tol`),
     `alpha_jump ()`: where `phi_high - phi_low` changes sign among coexisting points (NaN if never), and the full
-    results of both branches, `low` and `high` (`SEResult`, leading axis `n`, in the order of `alphas`)."""
+    results of both branches, `low` and `high` (`DepthSEResult`, leading axis `n`, in the order of `alphas`)."""
 
     alphas: Array
     q_low: Array
@@ -147,8 +147,8 @@ class BranchScan:
     phi_se: Array
     coexist: Array
     alpha_jump: Array
-    low: SEResult
-    high: SEResult
+    low: DepthSEResult
+    high: DepthSEResult
 
 
 @uses_float64
