@@ -108,8 +108,10 @@ def write_pairs(pairs: dict, path: str) -> str:
 
 
 def read_pairs(path: str) -> dict:
-    """Inverse of `write_pairs` (codes for branch and solutions; booleans for converged, same_branch)."""
+    """Inverse of `write_pairs` (codes for branch, solutions and statuses; booleans for converged, same_branch)."""
     import numpy as np
+
+    from phasejax.solvers import status_code
 
     from phasejax.empirics import SOLUTIONS
     from phasejax.empirics.replicas import PAIR_COLUMNS, REPLICA_BRANCHES
@@ -125,6 +127,8 @@ def read_pairs(path: str) -> dict:
         pairs[k] = np.asarray([SOLUTIONS.index(str(s)) for s in raw[k]])
     for k in ("converged", "same_branch"):
         pairs[k] = np.asarray(raw[k]).astype(bool)
+    for k in ("status_1", "status_2", "hessian_status"):
+        pairs[k] = np.asarray([status_code(str(v)) for v in raw[k]], np.int32)
     return pairs
 
 
