@@ -48,12 +48,12 @@ import numpy as np
 from phasejax.precision import check_float_dtype
 from phasejax.solvers import Status
 from phasejax.tasks.markov import (
-    _log_odds,
     check_positive_int,
     check_probability,
     entropy_rate,
     stationary_entropy,
 )
+from phasejax.tasks.markov.model import _log_odds
 
 Array = jax.Array
 F32 = jnp.float32

@@ -16,8 +16,6 @@ from phasejax.tasks.induction import (
     InductionModel,
     InductionResult,
     InductionTraining,
-    _block_means,
-    _evaluation_set,
     batch_loss,
     bayes_predictive,
     coordinate_ids,
@@ -49,6 +47,8 @@ from phasejax.tasks.induction import (
     unigram_predictive,
     unpad_params,
 )
+from phasejax.tasks.induction.references import _evaluation_set
+from phasejax.tasks.induction.train import _block_means
 
 MODELS = [InductionModel(layers=2), InductionModel(layers=1, readout="linear"), InductionModel("standard", layers=1, d_model=8)]
 
