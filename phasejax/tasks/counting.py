@@ -36,6 +36,7 @@ import optax
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
+from phasejax.tasks._common import Array
 from phasejax.tasks.histogram import (
     HistogramTask,
     check_positive_int,
@@ -45,8 +46,6 @@ from phasejax.tasks.histogram import (
     sample_batch,
     train_online,
 )
-
-Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.empirics.data import check_positive_int
+from phasejax.tasks._common import Array, train_online
 
-Array = jax.Array
 
 __all__ = ["IGNORE", "HistogramTask", "all_sequences", "check_positive_int", "histogram_labels", "masked_accuracy",
            "masked_cross_entropy", "model_inputs", "sample_batch", "sample_sequences", "train_online"]
@@ -108,19 +108,3 @@ def masked_cross_entropy(logits: Array, labels: Array) -> Array:
     return jnp.sum(jnp.where(scored, ce, 0.0)) / jnp.maximum(jnp.sum(scored), 1)
 
 
-def train_online(loss_fn, params0, key: Array, sample, *, steps: int, optimizer) -> tuple[object, Array]:
-    """`steps` optimiser steps, each on a fresh batch `sample(key_t) -> (tokens, labels)` (`lax.scan`).
-
-    `loss_fn(params, tokens, labels)`; returns `(params, losses (steps,))`. Pure; vmap over seeds.
-    """
-    import optax
-
-    def step(carry, k):
-        params, state = carry
-        tokens, labels = sample(k)
-        loss, grad = jax.value_and_grad(loss_fn)(params, tokens, labels)
-        updates, state = optimizer.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), loss
-
-    (params, _), losses = jax.lax.scan(step, (params0, optimizer.init(params0)), jax.random.split(key, steps))
-    return params, losses

@@ -47,16 +47,10 @@ import numpy as np
 
 from phasejax.precision import check_float_dtype
 from phasejax.solvers import Status
-from phasejax.tasks.markov import (
-    check_positive_int,
-    check_probability,
-    entropy_rate,
-    stationary_entropy,
-)
+from phasejax.tasks._common import F32, Array
+from phasejax.tasks.markov import check_positive_int, check_probability, entropy_rate, stationary_entropy
 from phasejax.tasks.markov.model import _log_odds
 
-Array = jax.Array
-F32 = jnp.float32
 
 REDUCED_NAMES = ("e", "w", "a", "b")
 """Order of the reduced parameter vector `theta (4,)`: embedding, feed-forward, readout scale, readout bias."""

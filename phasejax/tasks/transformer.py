@@ -31,6 +31,7 @@ from flax import nnx
 from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_csv, read_json, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
+from phasejax.tasks._common import Array
 from phasejax.tasks.histogram import (
     HistogramTask,
     check_positive_int,
@@ -40,7 +41,7 @@ from phasejax.tasks.histogram import (
     train_online,
 )
 
-Array = jax.Array
+
 MASKS = ("semantic", "positional", "full")
 SOLUTIONS = ("semantic", "positional")
 """The two masked solutions of part A (codes 0, 1 in the task table of `two_solutions`)."""

@@ -10,22 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks._common import F32, Array, check_int
 
 
 MODEL_KINDS = ("attention+MLP", "attention-only")
 """Model names: `m > 0` is attention + MLP, `m = 0` attention only."""
-
-
-def _is_int(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if not _is_int(value) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {name}={value!r}")
-    return int(value)
 
 
 def _check_concrete_range(name: str, value, low: int, high: int) -> None:
@@ -70,11 +59,11 @@ class FactualTask:
     balanced: bool = True
 
     def __post_init__(self):
-        _check_int("n_subjects", self.n_subjects, 1)
-        _check_int("n_relations", self.n_relations, 1)
-        _check_int("n_attributes", self.n_attributes, 1)
-        _check_int("n_noise", self.n_noise, 0)
-        _check_int("length", self.length, 2)
+        check_int("n_subjects", self.n_subjects, 1)
+        check_int("n_relations", self.n_relations, 1)
+        check_int("n_attributes", self.n_attributes, 1)
+        check_int("n_noise", self.n_noise, 0)
+        check_int("length", self.length, 2)
         if self.length > 2 and self.n_noise < 1:
             raise ValueError(f"n_noise must be >= 1 when length > 2, got n_noise={self.n_noise}, length={self.length}")
         if self.balanced and self.n_subjects % self.n_attributes:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from phasejax.tasks.factual.data import model_kind, MODEL_KINDS
+from phasejax.tasks.factual.data import MODEL_KINDS, model_kind
 from phasejax.tasks.factual.result import FactualResult
 
 

@@ -6,10 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.factual.data import FactualTask
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------

@@ -11,10 +11,11 @@ import numpy as np
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_options
-from phasejax.tasks.factual.data import FactualTask, model_kind, MODEL_KINDS
+from phasejax.tasks._common import concat_tables, json_ready, mean_se
+from phasejax.tasks.factual.data import MODEL_KINDS, FactualTask, model_kind
 from phasejax.tasks.factual.model import factual_parameter_count
-from phasejax.tasks.factual.sweep import factual_sweep, FactualGrid
-from phasejax.tasks.factual.train import curve_steps, FactualTraining
+from phasejax.tasks.factual.sweep import FactualGrid, factual_sweep
+from phasejax.tasks.factual.train import FactualTraining, curve_steps
 
 
 # ----------------------------------------------------------------------------
@@ -315,31 +316,6 @@ def _curves_table(sweep: dict, task: FactualTask, training: FactualTraining, fir
                 mass_A_r=np.asarray(sweep["curve_mass_A_r"], float).ravel())
 
 
-def _concat(tables: list[dict]) -> dict:
-    return {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in tables[0]}
-
-
-def json_ready(obj):
-    """`obj` with numpy scalars and arrays made plain Python and non-finite floats made `None` (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [json_ready(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def _mean_se(values) -> tuple[float, float]:
-    v = np.asarray(values, float)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), (float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan"))
-
-
 def plateau_summary(curves: dict) -> dict:
     """`find_plateau` of every curve run, and per `|A_r|` and model the mean and s.e. against `log |A_r|`.
 
@@ -364,14 +340,14 @@ def plateau_summary(curves: dict) -> dict:
             rows = [r for r in per_run if r["found"] and r["n_attributes"] == D and name in ("all", r["model"])]
             if not rows:
                 continue
-            mean, se = _mean_se([r["plateau_loss"] for r in rows])
+            mean, se = mean_se([r["plateau_loss"] for r in rows])
             log_A_r = math.log(D)
             groups[f"|A_r|={D}, {name}"] = dict(
                 n_attributes=D, model=name, log_A_r=log_A_r, plateau_loss=mean, plateau_loss_se=se,
                 relative_error=(mean - log_A_r) / log_A_r, within_5_percent=bool(abs(mean - log_A_r) <= 0.05 * log_A_r),
-                decades=_mean_se([r["decades"] for r in rows])[0],
-                accuracy_at_plateau=_mean_se([r["accuracy_at_plateau"] for r in rows])[0],
-                mass_A_r_at_plateau=_mean_se([r["mass_A_r_at_plateau"] for r in rows])[0], n_runs=len(rows))
+                decades=mean_se([r["decades"] for r in rows])[0],
+                accuracy_at_plateau=mean_se([r["accuracy_at_plateau"] for r in rows])[0],
+                mass_A_r_at_plateau=mean_se([r["mass_A_r_at_plateau"] for r in rows])[0], n_runs=len(rows))
     return dict(per_run=per_run, groups=groups, n_runs=len(per_run), n_found=sum(r["found"] for r in per_run))
 
 
@@ -448,8 +424,8 @@ def factual_result(curve_sweeps, capacity_sweeps, *, curve_training: FactualTrai
     for t, out in curve_sweeps:
         curve_tables.append(_curves_table(out, t, curve_training, first))
         first += len(out["seed"])
-    curves = _concat(curve_tables)
-    runs = _concat([_runs_table(out, name, d_head) for name, out in capacity_sweeps.items()])
+    curves = concat_tables(curve_tables)
+    runs = concat_tables([_runs_table(out, name, d_head) for name, out in capacity_sweeps.items()])
     curve_task = curve_sweeps[0][0]
     plateau = plateau_summary(curves)
     table = capacity_table(runs, threshold)

@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.tasks._common import F32
 from phasejax.tasks.factual.data import FactualTask
 from phasejax.tasks.factual.model import factual_parameter_count
-from phasejax.tasks.factual.train import factual_run, FactualTraining
-
-F32 = jnp.float32
+from phasejax.tasks.factual.train import FactualTraining, factual_run
 
 
 # ----------------------------------------------------------------------------

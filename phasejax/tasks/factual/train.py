@@ -11,11 +11,9 @@ import numpy as np
 import optax
 
 from phasejax.solvers import Status
-from phasejax.tasks.factual.data import _check_int, factual_sequences, FactualTask, sample_facts, sample_factual_batch
+from phasejax.tasks._common import F32, Array, train_online
+from phasejax.tasks.factual.data import FactualTask, check_int, factual_sequences, sample_facts, sample_factual_batch
 from phasejax.tasks.factual.model import factual_embeddings, factual_logits, init_factual_params
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------
@@ -63,7 +61,7 @@ class FactualTraining:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "d_head", "n_contexts", "curve_points"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("learning_rate", "init_scale", "loss_tol"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float, np.floating)) and math.isfinite(v) and v > 0):
@@ -113,15 +111,9 @@ def train_factual(params0: dict, embeddings: dict, key: Array, task: FactualTask
         mets = factual_metrics(logits, batch.labels, batch.relations, task.n_attributes)
         return mets["loss"], mets
 
-    def step(carry, k):
-        params, state = carry
-        batch = sample_factual_batch(k, task, facts, training.batch_size, n_subjects)
-        (_, mets), grad = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
-        updates, state = opt.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), mets
-
-    (params, _), metrics = jax.lax.scan(step, (params0, opt.init(params0)),
-                                        jax.random.split(key, training.steps))
+    params, (_, metrics) = train_online(
+        loss_fn, params0, key, lambda k: (sample_factual_batch(k, task, facts, training.batch_size, n_subjects),),
+        steps=training.steps, optimizer=opt, has_aux=True)
     return params, metrics
 
 

@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks._common import F32, Array
 
 
 # ----------------------------------------------------------------------------

@@ -9,12 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.induction.data import (
-    _check_dtype, _check_int, _check_positive, _check_S, soft_cross_entropy, state_mask,
+    _check_S,
+    _check_dtype,
+    _check_int,
+    _check_positive,
+    soft_cross_entropy,
+    state_mask,
 )
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------

@@ -8,13 +8,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.induction.data import (
-    bayes_predictive, _check_int, _check_positive, _check_S, _safe_log, sample_batch, soft_cross_entropy, state_mask,
-    stationary_distribution, unigram_predictive,
+    _check_S,
+    _check_int,
+    _check_positive,
+    _safe_log,
+    bayes_predictive,
+    sample_batch,
+    soft_cross_entropy,
+    state_mask,
+    stationary_distribution,
+    unigram_predictive,
 )
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 UNIGRAM_ALPHAS = tuple(float(a) for a in np.geomspace(0.01, 10.0, 31))

@@ -11,12 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_csv, read_json, write_csv
-from phasejax.tasks.induction.data import bayes_predictive, _check_int, _safe_log, soft_cross_entropy
+from phasejax.tasks._common import F32, Array
+from phasejax.tasks.induction.data import _check_int, _safe_log, bayes_predictive, soft_cross_entropy
 from phasejax.tasks.induction.references import evaluation_chains, stationary_start_predictive
 from phasejax.tasks.induction.train import record_steps
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------

@@ -10,13 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.tasks._common import F32
 from phasejax.tasks.induction.data import _check_dtype, _check_int, _check_positive
 from phasejax.tasks.induction.model import InductionModel
 from phasejax.tasks.induction.references import _evaluation_set, induction_reference_table
 from phasejax.tasks.induction.result import InductionResult
 from phasejax.tasks.induction.train import induction_run
-
-F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)

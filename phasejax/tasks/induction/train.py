@@ -7,14 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from phasejax.tasks._common import F32, Array, train_online
 from phasejax.tasks.induction.data import _check_int, _check_positive, sample_batch, soft_cross_entropy
 from phasejax.tasks.induction.model import (
-    batch_loss, induction_attention, induction_forward, InductionModel, init_induction_params,
+    InductionModel,
+    batch_loss,
+    induction_attention,
+    induction_forward,
+    init_induction_params,
     previous_token_attention,
 )
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 def record_steps(steps: int, n_records: int) -> np.ndarray:
@@ -52,17 +54,9 @@ def train_induction(params0: dict, key: Array, S, beta, model: InductionModel, *
     _check_int("batch_size", batch_size, 1)
     _check_positive("learning_rate", learning_rate)
     ends = record_steps(steps, n_records)
-    optimizer = optax.adam(learning_rate)
-
-    def step(carry, k):
-        params, state = carry
-        tokens, P = sample_batch(k, batch_size, S, beta, T, S_max, dtype)
-        (loss, prev), grad = jax.value_and_grad(batch_loss, has_aux=True)(params, tokens, P, S, model)
-        updates, state = optimizer.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), (loss, prev)
-
-    (params, _), (losses, prev) = jax.lax.scan(step, (params0, optimizer.init(params0)),
-                                               jax.random.split(key, steps))
+    params, (losses, prev) = train_online(lambda prm, tokens, P: batch_loss(prm, tokens, P, S, model), params0, key,
+                                          lambda k: sample_batch(k, batch_size, S, beta, T, S_max, dtype),
+                                          steps=steps, optimizer=optax.adam(learning_rate), has_aux=True)
     return params, dict(loss=_block_means(losses, ends), prev_token_attention=_block_means(prev, ends))
 
 

@@ -9,15 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.markov.data import (
-    all_chains, chain_probabilities, check_probability, sample_chains, stationary_entropy,
+    all_chains,
+    chain_probabilities,
+    check_probability,
+    sample_chains,
+    stationary_entropy,
 )
 from phasejax.tasks.markov.model import (
-    bad_critical_point, init_markov_params, markov_logits, markov_loss, next_token_losses, PARAM_NAMES,
+    PARAM_NAMES,
+    bad_critical_point,
+    init_markov_params,
+    markov_logits,
+    markov_loss,
+    next_token_losses,
 )
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------

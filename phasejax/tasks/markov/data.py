@@ -7,9 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
-
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks._common import F32, Array, check_int as check_positive_int
 
 
 # ----------------------------------------------------------------------------
@@ -31,13 +29,6 @@ def check_probability(name: str, value) -> None:
         return
     if not np.all(np.isfinite(v)) or np.any(v <= 0) or np.any(v >= 1):
         raise ValueError(f"{name} must lie in (0, 1), got {name}={v.tolist() if v.ndim else float(v)}")
-
-
-def check_positive_int(name: str, value, minimum: int = 1) -> int:
-    """`int(value)` if it is an integer `>= minimum`, else `ValueError` naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
-    return int(value)
 
 
 # ----------------------------------------------------------------------------

@@ -7,10 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
-from phasejax.tasks.markov.data import all_chains, chain_probabilities, check_positive_int, check_probability, _concrete
-
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks._common import F32, Array
+from phasejax.tasks.markov.data import _concrete, all_chains, chain_probabilities, check_positive_int, check_probability
 
 
 # ----------------------------------------------------------------------------

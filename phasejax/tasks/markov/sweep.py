@@ -12,13 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.markov.critical import stationary_direction_curvature
 from phasejax.tasks.markov.data import check_positive_int, check_probability
 from phasejax.tasks.markov.model import init_markov_params, readout
-from phasejax.tasks.markov.train import estimate_population_loss, markov_optimizer, train_markov, _train_step
-
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks.markov.train import _train_step, estimate_population_loss, markov_optimizer, train_markov
 
 
 # ----------------------------------------------------------------------------

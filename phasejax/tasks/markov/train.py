@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from phasejax.tasks._common import Array, online_step, train_online
 from phasejax.tasks.markov.data import check_positive_int, entropy_rate, sample_chains, stationary_entropy
 from phasejax.tasks.markov.model import _log_odds, markov_logits, markov_loss, next_token_losses
-
-Array = jax.Array
 
 
 # ----------------------------------------------------------------------------
@@ -61,21 +60,15 @@ def train_markov(params0: dict, key: Array, p, q, tied, *, steps: int, batch_siz
 
     Pure in every array argument (`lax.scan`); vmap over seeds, `p`, `q`, `tied`.
     """
-    step = _train_step(p, q, tied, params0["pos"].shape[0], batch_size, optimizer, params0["e"].dtype)
-    (params, _), losses = jax.lax.scan(step, (params0, optimizer.init(params0)), jax.random.split(key, steps))
-    return params, losses
+    length, dtype = params0["pos"].shape[0], params0["e"].dtype
+    return train_online(lambda prm, states: markov_loss(prm, states, tied), params0, key,
+                        lambda k: (sample_chains(k, p, q, batch_size, length, dtype),), steps=steps, optimizer=optimizer)
 
 
 def _train_step(p, q, tied, length: int, batch_size: int, optimizer, dtype):
     """`((params, opt_state), key) -> ((params, opt_state), loss)`: one online step (a `lax.scan` body)."""
-    def step(carry, k):
-        params, state = carry
-        states = sample_chains(k, p, q, batch_size, length, dtype)
-        loss, grad = jax.value_and_grad(markov_loss)(params, states, tied)
-        updates, state = optimizer.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), loss
-
-    return step
+    return online_step(lambda prm, states: markov_loss(prm, states, tied),
+                       lambda k: (sample_chains(k, p, q, batch_size, length, dtype),), optimizer)
 
 
 def estimate_population_loss(params: dict, key: Array, p, q, tied, n_chains: int = 4096) -> dict[str, Array]:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import uses_float64
-from phasejax.tasks.memory.data import check_sizes, RECALL_THRESHOLD
+from phasejax.tasks.memory.data import RECALL_THRESHOLD, check_sizes
 
 
 # ----------------------------------------------------------------------------

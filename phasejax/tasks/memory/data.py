@@ -10,9 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
-
-Array = jax.Array
-F32 = jnp.float32
+from phasejax.tasks._common import F32, Array, is_int
 
 
 KINDS = ("outer_product", "one_step", "linear", "mlp")
@@ -27,10 +25,6 @@ RECALL_THRESHOLD = 0.99
 # ----------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------
-
-
-def _is_int(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
 
 
 def check_sizes(*, N=None, d=None, M=None, m=None, injective: bool | None = None) -> None:
@@ -80,9 +74,9 @@ class MemoryShape:
     def __post_init__(self):
         for name in ("n_max", "d_max", "m_max"):
             v = getattr(self, name)
-            if not _is_int(v) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {name}={v!r}")
-        if self.M is not None and (not _is_int(self.M) or self.M < 1):
+        if self.M is not None and (not is_int(self.M) or self.M < 1):
             raise ValueError(f"M must be an integer >= 1 or None (M = N), got M={self.M!r}")
         if not (np.isfinite(self.zipf_alpha) and self.zipf_alpha >= 0):
             raise ValueError(f"zipf_alpha must be a finite number >= 0, got zipf_alpha={self.zipf_alpha!r}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from phasejax.tasks._common import Array
 from phasejax.tasks.memory.data import MemoryProblem
-
-Array = jax.Array
 
 
 # ----------------------------------------------------------------------------

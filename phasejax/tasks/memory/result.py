@@ -5,19 +5,23 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import jax.numpy as jnp
 import numpy as np
 
 from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
 from phasejax.solvers import status_code, status_names
 from phasejax.sweep import RunOptions, run_options
+from phasejax.tasks._common import F32, concat_tables, json_ready
 from phasejax.tasks.memory.capacity import fit_power_law, predicted_capacity
-from phasejax.tasks.memory.data import outputs_label, RECALL_THRESHOLD
+from phasejax.tasks.memory.data import RECALL_THRESHOLD, outputs_label
 from phasejax.tasks.memory.sweep import (
-    capacity_fit, capacity_sweep, CapacityGrid, geometric_ints, zipf_fits, zipf_sweep, ZipfGrid,
+    CapacityGrid,
+    ZipfGrid,
+    capacity_fit,
+    capacity_sweep,
+    geometric_ints,
+    zipf_fits,
+    zipf_sweep,
 )
-
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------
@@ -68,12 +72,6 @@ class MemoryResult:
         """`status` column as `Status` codes."""
         st = np.asarray(self.capacity["status"])
         return st if st.dtype.kind in "iu" else np.asarray([status_code(s) for s in st])
-
-
-def concat_tables(tables: list[dict]) -> dict:
-    """Concatenate column dicts with the same keys."""
-    keys = list(tables[0])
-    return {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in keys}
 
 
 # ----------------------------------------------------------------------------
@@ -175,14 +173,3 @@ def run_memory_study(specs: list[SweepSpec], zipf: ZipfGrid | None, *, n_boot: i
     return MemoryResult(capacity=concat_tables(tables), fits=json_ready(fits), zipf=ztable)
 
 
-def json_ready(obj):
-    """`obj` with numpy scalars / arrays as Python numbers / lists, tuples as lists, and NaN / inf as `None`."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [json_ready(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
-    if isinstance(obj, (np.generic,)):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj

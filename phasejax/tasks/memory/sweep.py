@@ -12,18 +12,27 @@ import numpy as np
 
 from phasejax.precision import check_float_dtype
 from phasejax.sweep import RunOptions, run_chunked, run_options
+from phasejax.tasks._common import F32, Array, is_int
 from phasejax.tasks.memory.capacity import (
-    bootstrap_exponents, capacity_from_recall, fit_power_law, predicted_recall, predicted_recall_given_map,
+    bootstrap_exponents,
+    capacity_from_recall,
+    fit_power_law,
+    predicted_recall,
+    predicted_recall_given_map,
 )
 from phasejax.tasks.memory.data import (
-    check_sizes, input_distribution, _is_int, KINDS, MemoryShape, outputs_label, RECALL_THRESHOLD, sample_problem,
-    target_map, TRAINED_KINDS,
+    KINDS,
+    RECALL_THRESHOLD,
+    TRAINED_KINDS,
+    MemoryShape,
+    check_sizes,
+    input_distribution,
+    outputs_label,
+    sample_problem,
+    target_map,
 )
 from phasejax.tasks.memory.model import factored_scores, one_step_rows, outer_product_rows, recall, weighted_error
 from phasejax.tasks.memory.train import memory_run
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------
@@ -129,7 +138,7 @@ def capacity_sweep(kind: str, grid: CapacityGrid, *, M: int | None = None, injec
             raise ValueError("m must be >= 1 for the mlp memory; give the grid ms=(...)")
         check_sizes(m=np.asarray(grid.ms))
     if kind in TRAINED_KINDS:
-        if not _is_int(steps) or steps < 1:
+        if not is_int(steps) or steps < 1:
             raise ValueError(f"steps must be a positive integer for trained memories, got steps={steps!r}")
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got learning_rate={learning_rate!r}")

@@ -10,14 +10,18 @@ import optax
 
 from phasejax.precision import check_float_dtype
 from phasejax.solvers import Status, iterate
+from phasejax.tasks._common import F32, Array
 from phasejax.tasks.memory.data import KINDS, MemoryProblem, MemoryShape, sample_problem
 from phasejax.tasks.memory.model import (
-    factored_scores, linear_features, one_step_rows, outer_product_rows, output_scores, population_loss_from_scores,
-    recall, weighted_error,
+    factored_scores,
+    linear_features,
+    one_step_rows,
+    outer_product_rows,
+    output_scores,
+    population_loss_from_scores,
+    recall,
+    weighted_error,
 )
-
-Array = jax.Array
-F32 = jnp.float32
 
 
 # ----------------------------------------------------------------------------
