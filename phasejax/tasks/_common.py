@@ -11,6 +11,13 @@ Array = jax.Array
 F32 = jnp.float32
 
 
+def concrete(x) -> np.ndarray | None:
+    """`x` as a numpy array when it is concrete, `None` when it (or a leaf of it) is a tracer."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x)):
+        return None
+    return np.asarray(x)
+
+
 def is_int(value) -> bool:
     """Whether `value` is a Python or numpy integer (not a bool)."""
     return not isinstance(value, bool) and isinstance(value, (int, np.integer))

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.tasks._common import F32, Array, check_int
+from phasejax.tasks._common import F32, Array, check_int, concrete
 
 
 MODEL_KINDS = ("attention+MLP", "attention-only")
@@ -19,9 +19,9 @@ MODEL_KINDS = ("attention+MLP", "attention-only")
 
 def _check_concrete_range(name: str, value, low: int, high: int) -> None:
     """Raise if a concrete (non-traced) `value` lies outside `[low, high]`; traced values are not checked."""
-    if isinstance(value, jax.core.Tracer):
+    v = concrete(value)
+    if v is None:
         return
-    v = np.asarray(value)
     if v.size and (np.any(v < low) or np.any(v > high) or not np.all(v == np.round(v))):
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {name}={value!r}")
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.tasks._common import F32, Array
+from phasejax.tasks._common import F32, Array, concrete
 
 
 # ----------------------------------------------------------------------------
@@ -14,13 +14,9 @@ from phasejax.tasks._common import F32, Array
 # ----------------------------------------------------------------------------
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _check_int(name: str, value, minimum: int) -> None:
     """`ValueError` naming `name` unless the (concrete) `value` is an integer `>= minimum` (tracers pass)."""
-    if not _is_concrete(value):
+    if concrete(value) is None:
         return
     a = np.asarray(value)
     if a.dtype == bool or not np.issubdtype(a.dtype, np.number) or np.any(a != np.round(a)) or np.any(a < minimum):
@@ -29,7 +25,7 @@ def _check_int(name: str, value, minimum: int) -> None:
 
 def _check_positive(name: str, value) -> None:
     """`ValueError` naming `name` unless the (concrete) `value` is finite and `> 0` (tracers pass)."""
-    if not _is_concrete(value):
+    if concrete(value) is None:
         return
     a = np.asarray(value, dtype=float)
     if np.any(~np.isfinite(a)) or np.any(a <= 0):
@@ -40,7 +36,7 @@ def _check_S(S, S_max: int | None) -> None:
     _check_int("S", S, 2)
     if S_max is not None:
         _check_int("S_max", S_max, 2)
-        if _is_concrete(S) and np.any(np.asarray(S) > S_max):
+        if concrete(S) is not None and np.any(np.asarray(S) > S_max):
             raise ValueError(f"S must be <= S_max={S_max}, got S={S!r}")
 
 
@@ -130,7 +126,7 @@ def sample_sequence(key: Array, S, beta, T: int, S_max: int | None = None, dtype
     `S_max` are static.
     """
     if S_max is None:
-        if not _is_concrete(S):
+        if concrete(S) is None:
             raise ValueError("S_max must be given when S is traced")
         S_max = int(S)
     _check_S(S, S_max)

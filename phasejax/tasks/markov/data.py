@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
-from phasejax.tasks._common import F32, Array, check_int as check_positive_int
+from phasejax.tasks._common import F32, Array, check_int as check_positive_int, concrete
 
 
 # ----------------------------------------------------------------------------
@@ -15,16 +15,9 @@ from phasejax.tasks._common import F32, Array, check_int as check_positive_int
 # ----------------------------------------------------------------------------
 
 
-def _concrete(x) -> np.ndarray | None:
-    """`x` as a numpy array when it is concrete, `None` when it is a tracer."""
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x)):
-        return None
-    return np.asarray(x)
-
-
 def check_probability(name: str, value) -> None:
     """`ValueError` naming `name` unless every concrete entry of `value` lies in the open interval (0, 1)."""
-    v = _concrete(value)
+    v = concrete(value)
     if v is None:
         return
     if not np.all(np.isfinite(v)) or np.any(v <= 0) or np.any(v >= 1):

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.precision import check_float_dtype
-from phasejax.tasks._common import F32, Array
-from phasejax.tasks.markov.data import _concrete, all_chains, chain_probabilities, check_positive_int, check_probability
+from phasejax.tasks._common import F32, Array, concrete
+from phasejax.tasks.markov.data import all_chains, chain_probabilities, check_positive_int, check_probability
 
 
 # ----------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def init_markov_params(key: Array, d: int, length: int, hidden: int | None = Non
     length = check_positive_int("length", length, 2)
     hidden = 4 * d if hidden is None else check_positive_int("hidden", hidden)
     dtype = check_float_dtype(dtype)
-    std = _concrete(init_std)
+    std = concrete(init_std)
     if std is not None and not (np.all(np.isfinite(std)) and np.all(std >= 0)):
         raise ValueError(f"init_std must be a finite number >= 0, got init_std={init_std!r}")
     shapes = dict(e=(d,), a=(d,), pos=(length, d), W_Q=(d, d), W_K=(d, d), W_V=(d, d), W_O=(d, d),
