@@ -125,6 +125,24 @@ def error_line(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def _report(args, found: tuple[int, str], debug: bool, claimed: str | None) -> int:
+    """Print the one-line error `found = (exit code, message)`; after a usage error (exit code 2) remove the
+    output folder `claimed` if this call created it and it holds nothing but the output marker."""
+    import os
+
+    from phasejax.commands.argtypes import OUTPUT_MARKER
+
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    if found[0] == 2 and claimed is not None and os.path.isdir(claimed) and os.listdir(claimed) == [OUTPUT_MARKER]:
+        os.remove(os.path.join(claimed, OUTPUT_MARKER))
+        os.rmdir(claimed)
+    print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
+    return found[0]
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     import os
@@ -137,10 +155,12 @@ def main(argv=None) -> int:
     if argv and argv[0] not in ("-h", "--help", "--version"):
         use_compilation_cache()
     args = build_parser().parse_args(argv)
+    claimed = None   # an output folder this call created: removed again if the run stops on a usage error
     try:
         if getattr(args, "_guard_output", False) and not getattr(args, "replot", False) and args.out is not None:
             from phasejax.commands.argtypes import guard_output, output_identity
 
+            claimed = None if os.path.exists(args.out) else args.out
             guard_output(args.out, args.overwrite, output_identity(args))
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
@@ -151,22 +171,12 @@ def main(argv=None) -> int:
         found = error_line(exc)
         if found is None:
             raise
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
-        return found[0]
+        return _report(args, found, debug, claimed)
     except SystemExit as exc:
         found = error_line(exc)
         if found is None:
             raise
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
-        return found[0]
+        return _report(args, found, debug, claimed)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def test_source_digest_changes_with_any_package_file(tmp_path):
     dst = tmp_path / "phasejax"
     shutil.copytree(os.path.dirname(phasejax.__file__), dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     assert tree_digest(str(dst)) == source_digest()
-    f = dst / "tasks" / "induction.py"
+    f = dst / "tasks" / "induction" / "train.py"
     f.write_text(f.read_text() + "\n# an edit\n")
     assert tree_digest(str(dst)) != source_digest()
 

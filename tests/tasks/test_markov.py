@@ -355,13 +355,14 @@ def test_optimizer_schedules():
 # ----------------------------------------------------------------------------
 
 
-def test_command_rejects_bad_flags_before_computing(tmp_path):
-    from phasejax.cli import main
-
-    for argv in (["--length", "1"], ["--low", "0.6", "0.5"], ["--high", "0.2", "0.3"], ["--ps", "1.5"],
-                 ["--steps", "0"], ["--seeds", "-1"], ["--tied", "maybe"]):
-        with pytest.raises(SystemExit):
-            main(["markov", "--out", str(tmp_path / "out"), *argv])
+def test_command_rejects_bad_flags_before_computing(tmp_path, run_cli):
+    """Each bad flag is one line on stderr naming it, exit code 2, and nothing written."""
+    for argv, name in ((["--length", "1"], "length"), (["--low", "0.6", "0.5"], "low"),
+                       (["--high", "0.2", "0.3"], "high"), (["--ps", "1.5"], "p"), (["--steps", "0"], "steps"),
+                       (["--seeds", "-1"], "seeds"), (["--tied", "maybe"], "tied")):
+        code, _, err = run_cli(["markov", "--out", str(tmp_path / "out"), *argv])
+        assert code == 2, (argv, code, err)
+        assert name in err, (argv, err)
     assert not (tmp_path / "out").exists()
 
 
