@@ -2,7 +2,7 @@
 """Does GAMP have a fixed point at the minimiser of the empirical risk, and is it stable? (docs/gamp.md, mechanism)
 
     nice -n 15 python scripts/gamp_fixed_point_check.py                 # d = 200, seeds 0 1, both branches
-    python scripts/gamp_fixed_point_check.py --d 400 --seeds 0 1 2 --eps 0 1e-6 1e-3 --max-iter 80
+    python scripts/gamp_fixed_point_check.py --d 400 --seeds 0 1 2 --eps 0 1e-6 1e-3 --max-steps 80
 
 Per branch (`BRANCH_INITS`) and seed, in float64, at the paper's point
 (`--alpha 2 --omega 0.3 --lam 0.01`):
@@ -53,14 +53,14 @@ def main(argv=None) -> int:
                     help="variances C checked by prox_consistency besides the SE's")
     ap.add_argument("--eps", type=float, nargs="+", default=[0.0, 1e-3],
                     help="relative size of the perturbation of the L-BFGS minimiser GAMP starts from")
-    ap.add_argument("--max-iter", type=int, default=40, help="GAMP iterations")
+    ap.add_argument("--max-steps", type=int, default=40, help="GAMP iterations")
     ap.add_argument("--gtol", type=float, default=1e-10, help="L-BFGS stopping RMS gradient")
     ap.add_argument("--se-reference", default="results/gamp/se_reference.json",
                     help="SE fixed points (V per branch) written by `phasejax gamp`")
     ap.add_argument("--C0", type=float, default=50.0, help="GAMP's C0 where no SE reference is found")
     ap.add_argument("--out", default="results/gamp")
     args = ap.parse_args(argv)
-    for name in ("d", "max_iter"):
+    for name in ("d", "max_steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer")
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
                 row["stability"] = []
                 for eps in args.eps:
                     Qp = Qs + eps * jnp.linalg.norm(Qs) / jnp.sqrt(jnp.asarray(args.d, jnp.float64)) * z
-                    r = gamp(data, params, Qp, jnp.array([[C_se[branch]]]), f0=f0, max_iter=args.max_iter,
+                    r = gamp(data, params, Qp, jnp.array([[C_se[branch]]]), f0=f0, max_iter=args.max_steps,
                              damping=BRANCH_DAMPING[branch], onsager="stein")
                     it = int(r.iterations)
                     res, flips = _history(r.residual, it), _history(r.flip_fraction, it)
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
                 print(f"done {branch} seed {seed} ({t3 - t0:.0f} s)", flush=True)
 
     cfg = dict(d=args.d, n=n, seeds=args.seeds, branches=args.branches, alpha=args.alpha, omega=args.omega,
-               lam=args.lam, C_values=args.C_values, C_se_source=C_source, eps=args.eps, max_iter=args.max_iter,
+               lam=args.lam, C_values=args.C_values, C_se_source=C_source, eps=args.eps, max_iter=args.max_steps,
                gtol=args.gtol, onsager="stein", prox_starts="multi", dtype="float64",
                damping={b: BRANCH_DAMPING[b] for b in args.branches},
                inits={b: list(BRANCH_INITS[b]) for b in args.branches},

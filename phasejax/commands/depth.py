@@ -4,7 +4,7 @@
     phasejax depth --preset gpu       # more Monte Carlo draws, finer rules, larger d
     phasejax depth --skip-grid 0,1,2  # only these skip strengths for the thresholds
 
-Writes --out (default results/depth/):
+Writes --out (default runs/depth/; the committed results with --out results/depth --overwrite):
   thresholds.csv  per skip: alpha_1, alpha_2 (layer 1, layer 2 weak recovery) and their errors, which layer is
                   learned first, alpha_1_uninformed (layer 1's threshold at Q = 0), q_first_at_second
   se.csv          per (skip, alpha): q1, q2 from the uninformative and an informative start, Monte Carlo errors,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import positive_int
+from phasejax.commands.argtypes import add_output, default_out, positive_int
 from phasejax.commands.experiment_flags import add_preset, environment, print_paths
 
 NAME = "depth"
@@ -53,7 +53,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--skip-grid", type=_floats, default=SKIP_GRID, help="comma-separated skip strengths")
     ap.add_argument("--seed", type=positive_int, default=1, help="seed of the Monte Carlo draws and of AMP")
     ap.add_argument("--no-amp", action="store_true", help="skip the AMP runs")
-    ap.add_argument("--out", default=os.path.join("results", "depth"), help="output folder")
+    add_output(ap, default_out(NAME))
 
 
 def thresholds_table(skips, preset, seed, progress=None) -> dict:
@@ -112,7 +112,7 @@ def se_table(skips, alphas, preset, seed) -> tuple[dict, list]:
                              status_informed=str(status_names(bs.high.status[i])),
                              test_error=float(err), test_error_se=float(err_se),
                              residual=float(low.residual[i]), iterations=int(low.iterations[i]),
-                             status=str(status_names(low.status[i]))))
+                             status=str(status_names(low.status[i])), clipped=bool(np.any(low.clipped[i]))))
         jumps.append(dict(skip=c, alpha_jump=float(bs.alpha_jump), n_coexisting=int(np.sum(bs.coexist))))
     return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}, jumps
 

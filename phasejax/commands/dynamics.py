@@ -4,7 +4,8 @@ student against finite-`d` online SGD, and the dynamical phase diagram over omeg
     phasejax dynamics                    # CPU preset (square loss, lr 0.5 and 0.05, d = 100..400 SGD)
     phasejax dynamics --preset gpu       # finer table, more angles, d up to 1000, more seeds
 
-Writes --out (default results/dynamics/): table.npz (the population table), ode.csv (ODE trajectories:
+Writes --out (default runs/dynamics/; the committed results with --out results/dynamics --overwrite):
+table.npz (the population table), ode.csv (ODE trajectories:
 omega, lr, t, m, e, loss), sgd_trajectories.csv (finite-d SGD from the same init), runs.csv (finite-d SGD
 from random inits at both learning rates: omega, d, lr, seed, mechanism, escape time, the ODE's prediction
 from the run's own init),
@@ -18,7 +19,14 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import add_run_options, positive_float, positive_int, run_options_from
+from phasejax.commands.argtypes import (
+    add_output,
+    add_run_options,
+    default_out,
+    positive_float,
+    positive_int,
+    run_options_from,
+)
 from phasejax.commands.experiment_flags import add_preset, environment, not_finished, pick, print_paths, sub_options
 
 NAME = "dynamics"
@@ -49,7 +57,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sgd-seeds", type=positive_int, default=None, help="seeds per omega of the SGD fractions")
     ap.add_argument("--t-sgd", type=positive_float, default=250.0, help="SGD time (steps / d) of the fraction runs")
     ap.add_argument("--replot", action="store_true", help="only redo the figures from the CSV files in --out")
-    ap.add_argument("--out", default=os.path.join("results", "dynamics"), help="output folder")
+    add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=24)
 
 

@@ -50,7 +50,7 @@ PRESETS = {
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 1000, 20 alphas, 5 seeds (about 7 min on 2 quiet cores); "
+    add_preset(ap, "cpu: d = 1000, 20 alphas, 5 seeds (about 7 min on 2 CPU cores); "
                    "gpu: d = 2000, 40 alphas, 10 seeds")
     ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
     ap.add_argument("--omega", type=unit_interval, default=0.3, help="positional share of the target")

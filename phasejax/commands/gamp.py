@@ -1,7 +1,7 @@
 """GAMP on finite data against the converged state evolution, both branches, both Onsager terms.
 
     phasejax gamp                         # CPU preset: d = 100, 200, 400; 4 seeds; 80 iterations; float64
-    phasejax gamp --preset gpu            # d = 250 ... 2000; 10 seeds; 200 iterations (not run: no GPU here)
+    phasejax gamp --preset gpu            # d = 250 ... 2000; 10 seeds; 200 iterations (not run yet)
     phasejax gamp --replot                # redraw gamp.png, summary.json and the verdict columns from <out>/*.csv
 
 At alpha, omega (default the paper's check point 2, 0.3; lambda = 0.01) GAMP
@@ -10,7 +10,8 @@ init on `seeds` data sets per dimension, once with the pointwise Onsager term
 and once with the across-sample Stein one (one vmapped, chunked, resumable
 sweep per (d, Onsager form)). Compared with the converged SE fixed point of
 each branch (`phasejax.theory.solve_state_evolution`, cached in
-`<out>/se_reference.json`). Writes --out (default results/gamp/):
+`<out>/se_reference.json`). Writes --out (default runs/gamp/; the committed results with
+`--out results/gamp --overwrite`):
 fixed_points.csv (per run: status, the verdict converged / unstable /
 diverged with the measured instability, iterations, final and tail-averaged
 overlaps, tail residual, basin-flip fraction and share, the SE branch's
@@ -22,15 +23,19 @@ the chattering statistics) and gamp.png.
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
 from phasejax.commands.argtypes import (
+    add_output,
     add_run_options,
+    default_out,
     nonnegative_float,
     open_unit_interval,
     positive_float,
     positive_int,
+    refuse_duplicates,
     run_options_from,
 )
 from phasejax.commands.experiment_flags import add_dtype, add_preset, dtype_from, environment, pick, print_paths
@@ -39,17 +44,19 @@ NAME = "gamp"
 HELP = "GAMP on finite data vs the converged SE: convergence, chattering (basin flips), gaps vs d"
 
 PRESETS = {
-    "cpu": dict(dims=[100, 200, 400], seeds=4, max_iter=80),
-    "gpu": dict(dims=[250, 500, 1000, 2000], seeds=10, max_iter=200),
+    "cpu": dict(ds=[100, 200, 400], seeds=4, max_steps=80),
+    "gpu": dict(ds=[250, 500, 1000, 2000], seeds=10, max_steps=200),
 }
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 100, 200, 400, 4 seeds, 80 iterations (about 15 min on 2 quiet cores); "
+    add_preset(ap, "cpu: d = 100, 200, 400, 4 seeds, 80 iterations (about 15 min on 2 CPU cores); "
                    "gpu: d = 250, 500, 1000, 2000, 10 seeds, 200 iterations")
-    ap.add_argument("--dims", type=positive_int, nargs="+", default=None, help="dimensions d (default: preset)")
+    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions d (default: preset)")
+    ap.add_argument("--dims", type=positive_int, nargs="+", dest="ds", help=argparse.SUPPRESS)
     ap.add_argument("--seeds", type=positive_int, default=None, help="data sets per d and branch (default: preset)")
-    ap.add_argument("--max-iter", type=positive_int, default=None, help="GAMP iterations cap (default: preset)")
+    ap.add_argument("--max-steps", type=positive_int, default=None, help="GAMP iterations cap (default: preset)")
+    ap.add_argument("--max-iter", type=positive_int, dest="max_steps", help=argparse.SUPPRESS)
     ap.add_argument("--alpha", type=positive_float, default=2.0, help="samples per dimension n / d")
     ap.add_argument("--omega", type=open_unit_interval, default=0.3, help="weight of the positional target part")
     ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
@@ -57,7 +64,7 @@ def add_arguments(ap) -> None:
                     help="Onsager term(s) to run")
     ap.add_argument("--tail", type=positive_int, default=20, help="iterations averaged for the tail statistics")
     add_dtype(ap, default="float64")
-    ap.add_argument("--out", default="results/gamp", help="output folder")
+    add_output(ap, default_out(NAME))
     ap.add_argument("--replot", action="store_true", help="only redraw gamp.png and summary.json from --out")
     add_run_options(ap, chunk_size=8)
 
@@ -253,7 +260,6 @@ def run(args) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    import phasejax  # noqa: F401
     from phasejax.empirics.gamp import GAMPSweep, gamp_sweep
     from phasejax.io import atomic_write_json
     from phasejax.theory import make_params
@@ -267,8 +273,10 @@ def run(args) -> int:
         params = make_params(sweep.config["alpha"], sweep.config["omega"], lam=sweep.config["lam"])
     else:
         onsagers = ("stein", "pointwise") if args.onsager == "both" else (args.onsager,)
-        sweep = gamp_sweep(params, pick(args, "dims", preset), np.arange(pick(args, "seeds", preset)),
-                           onsagers=onsagers, max_iter=pick(args, "max_iter", preset), tail=args.tail,
+        ds = pick(args, "ds", preset)
+        refuse_duplicates(ds, "--ds")
+        sweep = gamp_sweep(params, ds, np.arange(pick(args, "seeds", preset)),
+                           onsagers=onsagers, max_iter=pick(args, "max_steps", preset), tail=args.tail,
                            dtype=dtype_from(args), options=run_options_from(args, args.out))
     se_path = os.path.join(args.out, "se_reference.json")
     se = se_references(params, se_path)

@@ -59,7 +59,7 @@ def even_positive_int(text: str) -> int:
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: 10 seeds, 3000 Adam + 1000 SGD steps (about 5 min on 2 quiet cores); "
+    add_preset(ap, "cpu: 10 seeds, 3000 Adam + 1000 SGD steps (about 5 min on 2 CPU cores); "
                    "gpu: 20 seeds, 20000 + 5000 steps")
     ap.add_argument("--T", type=positive_int, default=15, help="alphabet size")
     ap.add_argument("--L", type=positive_int, default=10, help="sequence length")

@@ -2,7 +2,7 @@
 
     phasejax replicas                                  # CPU preset: d = 250, 500, 1000, 6 seeds
     phasejax replicas --preset gpu                     # d = 500 ... 8000, 64 seeds
-    phasejax replicas --d 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
+    phasejax replicas --ds 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
     phasejax replicas --replot                         # redo summary and figure from <out>/two_replicas.csv
     phasejax replicas --replot --merge DIR --out OUT --overwrite   # add DIR's pairs (another d) to OUT's
 
@@ -19,6 +19,7 @@ evolution's `q`, `m`, `theta`), q12_over_q.png.
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
@@ -49,8 +50,8 @@ NAME = "replicas"
 HELP = "two students on the same data from two inits of one branch: mutual overlap q12 / q against 1/d"
 
 PRESETS = {
-    "cpu": dict(d=[250, 500, 1000], seeds=6, long_steps=2000),
-    "gpu": dict(d=[500, 1000, 2000, 4000, 8000], seeds=64, long_steps=20000),
+    "cpu": dict(ds=[250, 500, 1000], seeds=6, long_steps=2000),
+    "gpu": dict(ds=[500, 1000, 2000, 4000, 8000], seeds=64, long_steps=20000),
 }
 
 NAMED = ("branch", "solution_1", "solution_2")
@@ -59,7 +60,8 @@ NAMED = ("branch", "solution_1", "solution_2")
 def add_arguments(ap) -> None:
     add_preset(ap, "cpu: d = 250, 500, 1000, 6 seeds, 2000 continuation steps; "
                    "gpu: d = 500 ... 8000, 64 seeds, 20000 continuation steps")
-    ap.add_argument("--d", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
+    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
+    ap.add_argument("--d", type=positive_int, nargs="+", dest="ds", help=argparse.SUPPRESS)
     ap.add_argument("--seeds", type=positive_int, default=None, help="pairs per point (default: the preset's)")
     ap.add_argument("--alphas", type=positive_float, nargs="+", default=[0.8, 1.5])
     ap.add_argument("--lams", type=positive_float, nargs="+", default=[0.01, 0.1], help="ridge penalties lambda")
@@ -273,9 +275,9 @@ def run(args) -> int:
         print_paths(paths + summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
         return 0
     preset = PRESETS[args.preset]
-    ds, seeds = pick(args, "d", preset), pick(args, "seeds", preset)
+    ds, seeds = pick(args, "ds", preset), pick(args, "seeds", preset)
     long_steps = pick(args, "long_steps", preset)
-    for values, flag in ((ds, "--d"), (args.alphas, "--alphas"), (args.lams, "--lams"), (args.branches, "--branches")):
+    for values, flag in ((ds, "--ds"), (args.alphas, "--alphas"), (args.lams, "--lams"), (args.branches, "--branches")):
         refuse_duplicates(values, flag)
     try:
         grids = [ReplicaGrid(alphas=tuple(args.alphas), lams=tuple(args.lams), branches=tuple(args.branches),

@@ -262,7 +262,9 @@ class _Fixed:
 @struct.dataclass
 class DepthSEResult:
     """A fixed point: `q (2,)` (layer 1, layer 2), `qhat (2,)` and its Monte Carlo standard error `qhat_se (2,)`,
-    `q_se (2,)` (the standard error carried to `q`), `residual ()`, `iterations ()`, `status ()` (`Status` code)."""
+    `q_se (2,)` (the standard error carried to `q`), `residual ()`, `iterations ()`, `status ()` (`Status` code),
+    and `clipped (2,)`: True for a layer whose overlap sits at the cap `Q_MAX` (the map pushes it above the cap,
+    so the reported `q` is a lower bound on the fixed point's, even when `status` is converged)."""
 
     q: Array
     qhat: Array
@@ -271,6 +273,7 @@ class DepthSEResult:
     residual: Array
     iterations: Array
     status: Array
+    clipped: Array
 
 
 def _solve(alpha, skip, q0, draws, rule, damping, tol, max_iterations, frozen):
@@ -281,18 +284,20 @@ def _solve(alpha, skip, q0, draws, rule, damping, tol, max_iterations, frozen):
     qhat, se = se_map(q, alpha, skip, draws, rule)
     q_se = se / (1.0 + qhat) ** 2
     return DepthSEResult(q=q, qhat=qhat, qhat_se=se, q_se=q_se, residual=out.state.residual,
-                    iterations=out.steps, status=out.status)
+                         iterations=out.steps, status=out.status, clipped=qhat / (1.0 + qhat) >= Q_MAX)
 
 
-def _check(alpha=None, skip=None, q0=None):
+def _check(alpha=None, skip=None, q0=None, *, name: str = "q0", closed: bool = False):
     if alpha is not None and not isinstance(alpha, jax.core.Tracer) and np.any(np.asarray(alpha) < 0):
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     if skip is not None and not isinstance(skip, jax.core.Tracer) and np.any(np.asarray(skip) < 0):
         raise ValueError(f"skip must be >= 0, got {skip}")
     if q0 is not None and not isinstance(q0, jax.core.Tracer):
         a = np.asarray(q0)
-        if a.shape[-1:] != (2,) or np.any(a < 0) or np.any(a >= 1):
-            raise ValueError(f"q0 must have shape (..., 2) with entries in [0, 1), got {q0}")
+        top = np.any(a > 1) if closed else np.any(a >= 1)
+        if a.shape[-1:] != (2,) or not np.all(np.isfinite(a)) or np.any(a < 0) or top:
+            raise ValueError(f"{name} must have shape (..., 2) with entries in [0, {'1]' if closed else '1)'}, "
+                             f"got {q0}")
 
 
 @uses_float64
@@ -355,6 +360,7 @@ def free_entropy(q, alpha, skip, draws: Draws | None = None, rule: InnerRule | N
     (its `q`-independent normalisation cancels in comparisons at equal `alpha`). Of two fixed points
     at the same `alpha` the larger `phi` is the Bayes-optimal one.
     """
+    _check(alpha=alpha, skip=skip, q0=q, name="q")
     draws = se_draws(2048) if draws is None else draws
     rule = inner_rule() if rule is None else rule
     q = jnp.clip(jnp.asarray(q, jnp.float64), 0.0, Q_MAX)
@@ -372,6 +378,9 @@ def bayes_test_error(q, skip, n_samples: int = 20000, seed: int = 1) -> tuple[Ar
     `omega + sqrt(1 - q) eta` (the same predictor as the paper's generalisation curves)."""
     from phasejax.depth.model import model_output
 
+    _check(skip=skip, q0=q, name="q", closed=True)
+    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 2:
+        raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}")
     d = se_draws(n_samples, seed)
     q = jnp.clip(jnp.asarray(q, jnp.float64), 0.0, 1.0)
     omega = jnp.sqrt(q)[None, :, None] * d.xi

@@ -1,4 +1,4 @@
-"""Histogram task (issue 6): labels, explicit constructions, padded and vmapped counting sweeps."""
+"""Histogram task: labels, explicit constructions, padded and vmapped counting sweeps."""
 
 import os
 

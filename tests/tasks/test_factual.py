@@ -1,4 +1,4 @@
-"""Factual recall (issue 14, part B): sampler law, relation-only closed form, constructions, padding, sweeps, files."""
+"""Factual recall: sampler law, relation-only closed form, constructions, padding, sweeps, files."""
 
 import math
 

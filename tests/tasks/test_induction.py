@@ -1,4 +1,4 @@
-"""Induction heads on in-context Markov chains (issue 13, part B): data, Bayes references, models, sweeps."""
+"""Induction heads on in-context Markov chains: data, Bayes references, models, sweeps."""
 
 import dataclasses
 import math

@@ -1,4 +1,4 @@
-"""Single-layer transformer on binary Markov chains (issue 13 part A): closed forms vs Monte Carlo and exact
+"""Single-layer transformer on binary Markov chains: closed forms vs Monte Carlo and exact
 enumeration, the bad critical point (exact gradient and Hessian), the reduced model, sweeps, files, bad inputs."""
 
 import json

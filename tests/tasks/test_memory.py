@@ -1,4 +1,4 @@
-"""Associative memories (issue 14, Part A): closed forms, one-step memory, padding, sweeps, capacity search, I/O."""
+"""Associative memories: closed forms, one-step memory, padding, sweeps, capacity search, I/O."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Factual recall in a one-layer transformer (Nichani, Lee, Bietti 2024; issue 14, part B).
+"""Factual recall in a one-layer transformer (Nichani, Lee, Bietti 2024).
 
 Task (`FactualTask`): `S` subjects, `R` relations, for every relation `r` its
 own set `A_r` of `D` attributes (the sets are disjoint; `|A| = R D` attributes

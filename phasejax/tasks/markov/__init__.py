@@ -1,4 +1,4 @@
-"""A single-layer transformer on a binary first-order Markov chain (Makkuva et al. 2024, issue 13 part A).
+"""A single-layer transformer on a binary first-order Markov chain (Makkuva et al. 2024).
 
 Data: binary chains `s_1 .. s_N` with transition matrix `P = [[1-p, p], [q, 1-q]]`
 started from the stationary law `pi = (q, p) / (p + q)`, so every position is

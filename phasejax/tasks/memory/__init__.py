@@ -1,4 +1,4 @@
-"""Associative memories and their capacity (issue 14, Part A).
+"""Associative memories and their capacity.
 
 Setting (Cabannes, Dohmatob, Bietti 2024; Nichani, Lee, Bietti 2024; Bietti et al. 2023):
 `N` input tokens, `M` output tokens, a target map `f*: [N] -> [M]`, input
