@@ -29,6 +29,8 @@ _ENTRY_POINTS = {
     "float64_scope": "phasejax.precision",
     "Status": "phasejax.solvers",
     "RunOptions": "phasejax.sweep",
+    "ResultBundle": "phasejax.bundle",
+    "BundleFile": "phasejax.bundle",
     # theory: the state evolution of tied low-rank attention
     "make_params": "phasejax.theory.params",
     "TiedAttentionParams": "phasejax.theory.params",
