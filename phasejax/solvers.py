@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.progress import tick_batch
+
 Array = jax.Array
 
 
@@ -95,10 +97,13 @@ class IterationResult(NamedTuple):
     status: Array
 
 
-def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: int = 0) -> IterationResult:
+def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: int = 0,
+            report_progress: bool = False) -> IterationResult:
     """Run `solver.step` from `state` until `solver.terminate` says done or `max_steps` steps.
 
-    `max_steps` may be a traced integer (e.g. a cap chosen per lane).
+    `max_steps` may be a traced integer (e.g. a cap chosen per lane). With `report_progress` (and a concrete
+    `max_steps`) each step reports `1 / max_steps` of a task to an active sweep's progress bar
+    (`phasejax.progress.tick_batch`; nothing is compiled in when no bar is active).
 
     The status is the one `terminate` reports when it stops the loop, and
     `MAX_ITERATIONS` when the cap stops it. `terminate` is checked before the
@@ -121,6 +126,8 @@ def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: i
 
     def body(carry):
         state, k, _, _ = carry
+        if report_progress and concrete and max_steps > 0:
+            tick_batch(1.0 / max_steps)
         state = solver.step(state)
         done, status = check(state, k + 1)
         return state, k + 1, done, status

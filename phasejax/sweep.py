@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -55,6 +56,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from phasejax import progress
 from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json
 
 Tasks = Mapping[str, np.ndarray]
@@ -509,13 +511,20 @@ def run_chunked(
         bar = tqdm(total=sum(len(chunk_ids(i)) for i in todo), unit="task", dynamic_ncols=True,
                    desc=f"{n} tasks, {done} already done" if done else f"{n} tasks")
     computed = 0
-    for i in todo:
-        if options.max_chunks is not None and computed >= options.max_chunks:
-            break
-        parts[i] = compute(i)
-        computed += 1
-        if bar is not None:
-            bar.update(len(chunk_ids(i)))
+    # the bar also moves inside a chunk's call where the numerics report progress (phasejax.progress)
+    tracker = progress.ChunkProgress(bar, lanes=padded) if bar is not None else None
+    with progress.active(tracker) if tracker is not None else contextlib.nullcontext():
+        finished = 0
+        for i in todo:
+            if options.max_chunks is not None and computed >= options.max_chunks:
+                break
+            if tracker is not None:
+                tracker.cap = finished + len(chunk_ids(i))
+            parts[i] = compute(i)
+            computed += 1
+            finished += len(chunk_ids(i))
+            if tracker is not None:
+                tracker.finish_chunk(finished)
     if bar is not None:
         bar.close()
 

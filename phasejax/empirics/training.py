@@ -179,7 +179,7 @@ def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = 
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
     solver = GradientSolver(loss_fn, config.optax_optimizer(), config.optimizer == "lbfgs", size,
                             config.tolerance(dtype))
-    out = iterate(solver, solver.init(params0), max_steps=config.max_steps)
+    out = iterate(solver, solver.init(params0), max_steps=config.max_steps, report_progress=True)
     s = out.state
     return TrainResult(params=s.params, loss=s.loss, grad_norm=_rms(s.grad, size), steps=out.steps, status=out.status,
                        converged=out.status == Status.CONVERGED)

@@ -1,0 +1,99 @@
+"""Progress from inside compiled calls.
+
+A chunked sweep (`phasejax.sweep.run_chunked`) draws one progress bar over its tasks. Without help the bar
+moves once per chunk, which for a chunk that is one long compiled call (a row of theory solves, a vmapped
+batch of training runs) means it sits still for minutes. Numerics that run long inside one call report
+their own progress with the two functions below; they compile to nothing unless a bar is active when the
+function is traced, so the numerics stay pure and cacheable outside a sweep with a bar.
+
+* `tick(amount, like)`: this lane has done `amount` of its task (e.g. `1 / n_points` after each point of a
+  continuation row). `like` is any array of the lane (its loop counter, say), so that under `vmap` every
+  lane reports; a lane that has finished should pass `amount = 0`.
+* `tick_batch(amount)`: the whole batch of the call has advanced by `amount` of each task (e.g.
+  `1 / max_steps` after each step of a vmapped training loop: the loop runs until its slowest lane stops, so
+  this is the fraction of the worst case). One host call per step for the whole batch, however many lanes.
+
+The bar is advanced on the host and never past the end of the chunk being computed; when the chunk is done
+the sweep sets it to the exact count. A compiled program that contains these host calls is not stored in
+JAX's persistent compilation cache, so a sweep with a bar recompiles in each new process (`--no-progress`,
+or output that is not a terminal, keeps the cache).
+
+>>> import jax, jax.numpy as jnp
+>>> from phasejax.progress import tick, tracking
+>>> tracking()          # no bar is active: tick compiles to nothing
+False
+>>> float(jax.jit(lambda x: (tick(0.5, x), x + 1)[1])(jnp.float32(1.0)))
+2.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["ChunkProgress", "active", "tick", "tick_batch", "tracking"]
+
+
+@dataclasses.dataclass
+class ChunkProgress:
+    """The bar of a sweep (anything with tqdm's `update(n)` and `n`), the task count at which the chunk being
+    computed ends (`cap`) and its number of lanes (`lanes`, padding included)."""
+
+    bar: object
+    cap: float = 0.0
+    lanes: int = 1
+
+    def advance(self, amount: float) -> None:
+        room = self.cap - float(self.bar.n)
+        step = min(max(float(amount), 0.0), max(room, 0.0))
+        if step > 0:
+            self.bar.update(step)
+
+    def finish_chunk(self, done: float) -> None:
+        """Set the bar to `done` tasks (the exact count once a chunk is on disk)."""
+        self.bar.update(float(done) - float(self.bar.n))
+
+
+_ACTIVE: list[ChunkProgress] = []
+
+
+@contextlib.contextmanager
+def active(progress: ChunkProgress):
+    """Make `progress` the target of `tick` and `tick_batch` while the block runs (and is traced)."""
+    _ACTIVE.append(progress)
+    try:
+        yield progress
+    finally:
+        _ACTIVE.remove(progress)
+
+
+def tracking() -> bool:
+    """Whether a bar is active now (at trace time: whether `tick` compiles to a host call)."""
+    return bool(_ACTIVE)
+
+
+def _lane(amount, _like) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].advance(float(np.sum(amount)))
+
+
+def _batch(amount) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].advance(float(amount) * _ACTIVE[-1].lanes)
+
+
+def tick(amount, like) -> None:
+    """Report that this lane has done `amount` (a fraction of one task; an array of the lane, or a number)."""
+    if _ACTIVE:
+        # `like` only makes the call per lane under vmap (a batched argument); its value is not used
+        jax.debug.callback(_lane, jnp.asarray(amount, jnp.float32), jnp.asarray(like).reshape(-1)[:1])
+
+
+def tick_batch(amount) -> None:
+    """Report that every lane of the call has advanced by `amount` (a fraction of one task; a Python number)."""
+    if _ACTIVE:
+        jax.debug.callback(_batch, np.float32(amount))
