@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_options
 from phasejax.tasks._common import concat_tables, json_ready, mean_se
@@ -254,7 +254,7 @@ DEFAULT_FAMILIES = {
 
 
 @dataclasses.dataclass
-class FactualResult:
+class FactualResult(ResultBundle):
     """Outputs of `factual_experiment` (numpy columns and a JSON-ready summary).
 
     Attributes:
@@ -269,21 +269,12 @@ class FactualResult:
     capacity: dict
     summary: dict
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `recall.csv`, `curves.csv`, `capacity.csv`, `summary.json` into `out_dir`; returns the paths."""
-        os.makedirs(out_dir, exist_ok=True)
-        return [write_csv(os.path.join(out_dir, "curves.csv"), self.curves, order=CURVE_COLUMNS),
-                write_csv(os.path.join(out_dir, "recall.csv"), self.runs, order=RUN_COLUMNS),
-                write_csv(os.path.join(out_dir, "capacity.csv"), self.capacity, order=CAPACITY_COLUMNS),
-                atomic_write_json(os.path.join(out_dir, "summary.json"), self.summary)]
-
-    @classmethod
-    def load(cls, out_dir: str) -> "FactualResult":
-        """Read back what `write` wrote (numeric columns as int64 / float64, text columns as strings)."""
-        return cls(runs=read_csv(os.path.join(out_dir, "recall.csv")),
-                   curves=read_csv(os.path.join(out_dir, "curves.csv")),
-                   capacity=read_csv(os.path.join(out_dir, "capacity.csv")),
-                   summary=read_json(os.path.join(out_dir, "summary.json")))
+    FILES = (BundleFile("curves.csv", columns=CURVE_COLUMNS),
+             BundleFile("recall.csv", field="runs", columns=RUN_COLUMNS),
+             BundleFile("capacity.csv", columns=CAPACITY_COLUMNS),
+             BundleFile("summary.json"))
+    """`write` writes `recall.csv`, `curves.csv`, `capacity.csv`, `summary.json`; `load` reads them back (numeric
+    columns as int64 / float64, text columns as strings)."""
 
     def plot(self, out_dir: str) -> list[str]:
         """Write `curves.png`, `phase_diagram.png`, `facts_vs_params.png`; returns the paths."""

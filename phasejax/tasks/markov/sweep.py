@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Mapping
 
 import jax
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.tasks._common import F32, Array
 from phasejax.tasks.markov.critical import stationary_direction_curvature
 from phasejax.tasks.markov.data import check_positive_int, check_probability
@@ -262,31 +262,19 @@ def expected_facts(cells: list[dict], low: float = 0.8, high: float = 1.2) -> di
 
 
 @dataclasses.dataclass
-class MarkovSweep:
+class MarkovSweep(ResultBundle):
     """Result of `markov_sweep`: `runs` (columns `RUN_COLUMNS`), `curves` (long table `run, step, loss`),
-    `summary` (settings, per-cell statistics, the expected facts). `write`/`load` round-trip through CSV/JSON."""
+    `summary` (settings, per-cell statistics, the expected facts). `write`/`load` round-trip through CSV/JSON
+    (`runs.csv`, `curves.csv`, `summary.json`; a `phasejax.bundle.ResultBundle`)."""
 
     runs: dict
     curves: dict
     summary: dict
 
-    def write(self, out_dir: str) -> list[str]:
-        from phasejax.io import atomic_write_json, write_csv
-
-        os.makedirs(out_dir, exist_ok=True)
-        return [write_csv(os.path.join(out_dir, "runs.csv"), self.runs, order=list(RUN_COLUMNS)),
-                write_csv(os.path.join(out_dir, "curves.csv"), self.curves, order=["run", "step", "loss"]),
-                atomic_write_json(os.path.join(out_dir, "summary.json"), self.summary)]
-
-    @classmethod
-    def load(cls, out_dir: str) -> "MarkovSweep":
-        from phasejax.io import read_csv, read_json
-
-        runs = read_csv(os.path.join(out_dir, "runs.csv"))
-        for k in ("stuck", "at_entropy_rate"):
-            runs[k] = runs[k].astype(bool)
-        return cls(runs=runs, curves=read_csv(os.path.join(out_dir, "curves.csv")),
-                   summary=read_json(os.path.join(out_dir, "summary.json")))
+    FILES = (BundleFile("runs.csv", columns=RUN_COLUMNS, required=RUN_COLUMNS[:9],
+                        dtypes=dict(stuck=bool, at_entropy_rate=bool)),
+             BundleFile("curves.csv", columns=("run", "step", "loss")),
+             BundleFile("summary.json"))
 
 
 def markov_sweep(grid: MarkovGrid = MarkovGrid(), training: MarkovTraining = MarkovTraining(), *, tol: float = 1e-3,

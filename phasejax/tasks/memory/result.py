@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.solvers import status_code, status_names
 from phasejax.sweep import RunOptions, run_options
 from phasejax.tasks._common import F32, concat_tables, json_ready
@@ -35,7 +35,7 @@ ZIPF_COLUMNS = ("d", "seed", "k", "error_one_step", "error_top_k", "predicted_on
 
 
 @dataclasses.dataclass
-class MemoryResult:
+class MemoryResult(ResultBundle):
     """Capacity table, Zipf table and fits of a memory study; `write` / `load` as CSV + JSON.
 
     Attributes:
@@ -48,25 +48,17 @@ class MemoryResult:
     fits: dict
     zipf: dict = dataclasses.field(default_factory=dict)
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `capacity.csv`, `fits.json` and (if any) `zipf.csv` to `out_dir`; returns the paths."""
-        os.makedirs(out_dir, exist_ok=True)
+    FILES = (BundleFile("capacity.csv", columns=CAPACITY_COLUMNS),
+             BundleFile("fits.json"),
+             BundleFile("zipf.csv", columns=ZIPF_COLUMNS, optional=True))
+    """`write` writes `capacity.csv`, `fits.json` and (if any) `zipf.csv`; `load` reads them back."""
+
+    def to_files(self) -> dict:
+        """The contents, `status` of `capacity` written as names."""
         cap = dict(self.capacity)
         if np.asarray(cap["status"]).dtype.kind in "iu":
             cap["status"] = status_names(cap["status"])
-        paths = [write_csv(os.path.join(out_dir, "capacity.csv"), cap, order=CAPACITY_COLUMNS),
-                 atomic_write_json(os.path.join(out_dir, "fits.json"), self.fits)]
-        if self.zipf:
-            paths.append(write_csv(os.path.join(out_dir, "zipf.csv"), self.zipf, order=ZIPF_COLUMNS))
-        return paths
-
-    @classmethod
-    def load(cls, out_dir: str) -> "MemoryResult":
-        """Read back what `write` wrote."""
-        cap = read_csv(os.path.join(out_dir, "capacity.csv"))
-        zpath = os.path.join(out_dir, "zipf.csv")
-        return cls(capacity=cap, fits=read_json(os.path.join(out_dir, "fits.json")),
-                   zipf=read_csv(zpath) if os.path.exists(zpath) else {})
+        return dict(super().to_files(), capacity=cap)
 
     def status_codes(self) -> np.ndarray:
         """`status` column as `Status` codes."""
