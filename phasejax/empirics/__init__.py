@@ -72,10 +72,20 @@ from phasejax.empirics.gamp import (
     prox_consistency,
     stein_mean_jacobian,
 )
+from phasejax.empirics.gamp_analysis import (
+    gap_statistics,
+    plot_gamp_sweep,
+    power_law_fit,
+    run_verdicts,
+    se_references,
+    summarize_gamp_sweep,
+)
 
 __all__ = [
     "ONSAGER_FORMS", "GAMPResult", "GAMPSweep", "basin_flips", "empirical_risk", "fixed_point_f", "gamp",
     "gamp_inputs", "gamp_sweep", "prox_consistency", "stein_mean_jacobian",
+    "gap_statistics", "plot_gamp_sweep", "power_law_fit", "run_verdicts", "se_references",
+    "summarize_gamp_sweep",
     "DEFAULT_GTOL", "INITS", "MIN_ADJUSTED_SEEDS", "RUN_COLUMNS", "SOLUTIONS", "STUDENTS", "LinearPositional",
     "TiedAttention", "TiedAttentionData", "TrainConfig", "TrainResult", "TrainingGrid", "TrainingRuns",
     "UntiedAttention", "adjusted_seed_mean", "cast_params", "check_data", "classify_solution", "fresh_test_error",

@@ -47,6 +47,7 @@ import numpy as np
 from flax import struct
 
 from phasejax.empirics.data import TiedAttentionData, cast_params, check_data, overlaps_of, standard_normal
+from phasejax.empirics.gamp_analysis import run_verdicts, tail_window
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.solvers import Status, iterate
 from phasejax.theory.gram import GAMPInputs, gram_inputs, sample_loss_gram
@@ -511,23 +512,6 @@ class GAMPSweep:
         return self.replace(columns=c)
 
 
-CRITICAL_GRAD = 1e-6
-"""A run whose final relative gradient of `R` is below this ended at a critical point of `R`."""
-
-
-def run_verdicts(status, grad_norm, residual_tail) -> tuple[np.ndarray, np.ndarray]:
-    """Per run: `"converged"` (the stopping criterion met, or a critical point of `R`: relative gradient below
-    `CRITICAL_GRAD`), `"diverged"` (status `diverged`: non-finite or exploding iterates), else `"unstable"`
-    (GAMP neither converged nor diverged: it moves around its fixed point at every iteration); and the measured
-    instability, the tail-averaged relative change of `Q` per iteration (`residual_tail`; tiny for a converged
-    run, O(0.1-1) for a chattering one)."""
-    status = np.asarray(status).astype(str)
-    grad = np.asarray(grad_norm, float)
-    conv = (status == "converged") | (np.isfinite(grad) & (grad < CRITICAL_GRAD))
-    verdict = np.where(status == "diverged", "diverged", np.where(conv, "converged", "unstable"))
-    return verdict, np.asarray(residual_tail, float)
-
-
 def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positional", "semantic"),
                onsagers=ONSAGER_FORMS, C0: float = 50.0, max_iter: int = 150, tol: float | None = None,
                damping: dict | None = None, prox_starts: str = "multi", tail: int = 20, dtype=jnp.float32,
@@ -602,8 +586,8 @@ def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positiona
             for i in range(len(grid_s)):
                 it = int(out["iterations"][i])
                 q, m, th = s2 * out["q0"][i], out["m"][i], s2 * out["theta0"][i]
-                window = slice(max(it - tail, 0) + 1, it + 1)
-                hwin = slice(max(it - tail, 0), max(it, 1))
+                window = tail_window(it, tail, per_iterate=True)
+                hwin = tail_window(it, tail, per_iterate=False)
                 for k, v in (("d", d), ("onsager", onsager), ("branch", branches[grid_b[i]]), ("seed", int(grid_s[i])),
                              ("damping", float(dampings[grid_b[i]])),
                              ("status", Status(int(out["status"][i])).name.lower()), ("iterations", it),
