@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.tasks._common import F32, Array
 from phasejax.tasks.induction.data import _check_int, _safe_log, bayes_predictive, soft_cross_entropy
 from phasejax.tasks.induction.references import evaluation_chains, stationary_start_predictive
@@ -52,8 +52,14 @@ def _first_step(values: np.ndarray, steps: np.ndarray, threshold: float, below: 
     return int(steps[np.argmax(hit)]) if np.any(hit) else -1
 
 
+FLOOR_COLUMNS = ("run", "model", "layers", "S", "T", "beta", "seed", "n_chains", "n_samples", "model_minus_exact",
+                 "model_minus_exact_se", "dirichlet_minus_exact", "dirichlet_minus_exact_se", "model_minus_dirichlet",
+                 "model_minus_dirichlet_se")
+"""Columns of `exact_floor.csv` (paired differences of mean losses on the same evaluation chains, nats)."""
+
+
 @dataclasses.dataclass
-class InductionResult:
+class InductionResult(ResultBundle):
     """Outputs of `induction_sweep` (numpy tables; `write` / `load` round-trip them exactly).
 
     * `runs`: one row per run (`RUN_COLUMNS`);
@@ -180,50 +186,38 @@ class InductionResult:
                    references={k: v[keep] for k, v in ref.items()}, attention=attention, eval_losses=evals,
                    config=dict(parts=[r.config for r in results]), floor=cat(floors) if floors else {})
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `runs.csv`, `curves.csv`, `position_losses.csv`, `attention.npz`, `eval_losses.npz`,
-        `config.json`, `references.csv` and `exact_floor.csv` (when not empty) and the derived
-        `summary.json` into `out_dir`; returns the paths."""
-        os.makedirs(out_dir, exist_ok=True)
-        j = lambda name: os.path.join(out_dir, name)  # noqa: E731
-        paths = [write_csv(j("runs.csv"), self.runs, order=RUN_COLUMNS),
-                 write_csv(j("curves.csv"), self.curves),
-                 write_csv(j("position_losses.csv"), self.positions),
-                 atomic_save_npz(j("attention.npz"), self.attention),
-                 atomic_save_npz(j("eval_losses.npz"), self.eval_losses),
-                 atomic_write_json(j("config.json"), self.config)]
-        for name, table, order in (("references.csv", self.references, None),
-                                   ("exact_floor.csv", self.floor, FLOOR_COLUMNS)):
-            if table:
-                paths.append(write_csv(j(name), table, order=order))
-            elif os.path.exists(j(name)):
-                os.remove(j(name))
-        return paths + [atomic_write_json(j("summary.json"), induction_summary(self))]
+    FILES = (BundleFile("runs.csv", columns=RUN_COLUMNS, required=("model", "layers", "S", "T", "beta", "seed"),
+                        dtypes=dict(model=str)),
+             BundleFile("curves.csv"),
+             BundleFile("position_losses.csv", field="positions"),
+             BundleFile("attention.npz"),
+             BundleFile("eval_losses.npz"),
+             BundleFile("config.json"),
+             BundleFile("references.csv", optional=True),
+             BundleFile("exact_floor.csv", field="floor", columns=FLOOR_COLUMNS, dtypes=dict(model=str),
+                        optional=True),
+             BundleFile("summary.json", derived=True))
+    """`write` writes `runs.csv`, `curves.csv`, `position_losses.csv`, `attention.npz`, `eval_losses.npz`,
+    `config.json`, `references.csv` and `exact_floor.csv` (when not empty) and the derived `summary.json`
+    (`induction_summary`); `load` reads them back."""
+
+    def to_files(self) -> dict:
+        """The tables and the summary computed from them."""
+        return dict(super().to_files(), summary=induction_summary(self))
 
     @classmethod
-    def load(cls, out_dir: str) -> "InductionResult":
-        """Read back what `write` wrote."""
-        j = lambda name: os.path.join(out_dir, name)  # noqa: E731
-        runs = read_csv(j("runs.csv"))
-        runs["model"] = runs["model"].astype(str)
-        config = read_json(j("config.json"))
-        if "batch_size" not in runs:        # written before the column existed: one batch size for every part
+    def from_files(cls, contents: dict, out_dir: str) -> "InductionResult":
+        """The result; a `runs.csv` written before the `batch_size` column gets it from `config.json` (one batch
+        size for every part, else a `ValueError`)."""
+        runs, config = contents["runs"], contents["config"]
+        if "batch_size" not in runs:
             parts = config.get("parts", [config])
             sizes = {int(p["training"]["batch_size"]) for p in parts if "training" in p}
             if len(sizes) != 1:
-                raise ValueError(f"{j('runs.csv')} has no batch_size column and config.json does not give one "
-                                 f"batch size for every run (found {sorted(sizes)})")
+                raise ValueError(f"{os.path.join(out_dir, 'runs.csv')} has no batch_size column and config.json "
+                                 f"does not give one batch size for every run (found {sorted(sizes)})")
             runs["batch_size"] = np.full(len(runs["S"]), sizes.pop())
-        attention, eval_losses = load_npz(j("attention.npz")), load_npz(j("eval_losses.npz"))
-        for name, value in (("attention.npz", attention), ("eval_losses.npz", eval_losses)):
-            if value is None:
-                raise ValueError(f"{j(name)} is missing or unreadable")
-        floor = read_csv(j("exact_floor.csv")) if os.path.exists(j("exact_floor.csv")) else {}
-        if floor:
-            floor["model"] = floor["model"].astype(str)
-        references = read_csv(j("references.csv")) if os.path.exists(j("references.csv")) else {}
-        return cls(runs=runs, curves=read_csv(j("curves.csv")), positions=read_csv(j("position_losses.csv")),
-                   references=references, attention=attention, eval_losses=eval_losses, config=config, floor=floor)
+        return cls(**contents)
 
     def select(self, **where) -> np.ndarray:
         """Indices of the runs whose columns equal the given values (`select(model="standard", T=64)`)."""
@@ -264,12 +258,6 @@ class InductionResult:
                                positions=long(self.positions), references=dict(self.references),
                                attention=renamed(self.attention), eval_losses=renamed(self.eval_losses),
                                config=dict(self.config), floor=long(self.floor))
-
-
-FLOOR_COLUMNS = ("run", "model", "layers", "S", "T", "beta", "seed", "n_chains", "n_samples", "model_minus_exact",
-                 "model_minus_exact_se", "dirichlet_minus_exact", "dirichlet_minus_exact_se", "model_minus_dirichlet",
-                 "model_minus_dirichlet_se")
-"""Columns of `exact_floor.csv` (paired differences of mean losses on the same evaluation chains, nats)."""
 
 
 @functools.partial(jax.jit, static_argnames=("S", "T", "S_max", "n_eval", "n_chains", "n_samples", "eval_seed",
