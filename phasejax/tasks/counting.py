@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle, read_file
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
 from phasejax.tasks._common import Array
@@ -292,7 +292,7 @@ def counting_config(grid: CountingGrid, task: HistogramTask, cfg: CountingConfig
 
 
 @dataclasses.dataclass
-class CountingRuns:
+class CountingRuns(ResultBundle):
     """Counting runs of one or more configurations: `runs` (columns `RUN_COLUMNS`), `config[name]` and,
     when the sweep recorded them, `curves` (columns `CURVE_COLUMNS`, one row per run and block).
 
@@ -333,43 +333,28 @@ class CountingRuns:
                   if with_curves else None)
         return cls(runs=runs, config=config, curves=curves)
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `runs.csv`, `counting.json` (configurations) and `curves.csv` (if any) into `out_dir`."""
-        os.makedirs(out_dir, exist_ok=True)
-        paths = [write_csv(os.path.join(out_dir, "runs.csv"), self.runs, RUN_COLUMNS),
-                 atomic_write_json(os.path.join(out_dir, "counting.json"), dict(config=self.config))]
-        if self.curves is not None:
-            paths.append(write_csv(os.path.join(out_dir, "curves.csv"), self.curves, CURVE_COLUMNS))
-        return paths
+    FILES = (BundleFile("runs.csv", columns=RUN_COLUMNS, required=RUN_COLUMNS,
+                        dtypes=dict(config=str, T=np.int32, L=np.int32, d=np.int32, p=np.int32, seed=np.int64)),
+             BundleFile("counting.json", field="config", required=("config",)),
+             BundleFile("curves.csv", columns=CURVE_COLUMNS, required=CURVE_COLUMNS,
+                        dtypes=dict(config=str, d=np.int32, p=np.int32, step=np.int32, seed=np.int64), optional=True))
+    """`write` writes `runs.csv`, `counting.json` (`{"config": config}`) and `curves.csv` (if any)."""
+
+    def to_files(self) -> dict:
+        """The contents (the configurations under the key `config` of `counting.json`)."""
+        return dict(runs=self.runs, config=dict(config=self.config), curves=self.curves)
+
+    @classmethod
+    def from_files(cls, contents: dict, out_dir: str) -> "CountingRuns":
+        """The runs (the columns `RUN_COLUMNS`), configurations and curves (`None` without `curves.csv`)."""
+        curves = contents.get("curves")
+        return cls(runs={k: contents["runs"][k] for k in RUN_COLUMNS}, config=contents["config"]["config"],
+                   curves={k: curves[k] for k in CURVE_COLUMNS} if curves else None)
 
     @classmethod
     def from_csv(cls, path: str) -> "CountingRuns":
-        raw = read_csv(path)
-        missing = [k for k in RUN_COLUMNS if k not in raw]
-        if missing:
-            raise ValueError(f"{path} is not a counting runs.csv: missing columns {missing}")
-        runs = {k: raw[k] for k in RUN_COLUMNS}
-        runs["config"] = np.asarray([str(c) for c in runs["config"]])
-        for k in ("T", "L", "d", "p"):
-            runs[k] = runs[k].astype(np.int32)
-        runs["seed"] = runs["seed"].astype(np.int64)
-        return cls(runs=runs, config={})
-
-    @classmethod
-    def load(cls, out_dir: str) -> "CountingRuns":
-        """Read `runs.csv`, `counting.json` and, if present, `curves.csv` written by `write`."""
-        out = cls.from_csv(os.path.join(out_dir, "runs.csv"))
-        out.config = read_json(os.path.join(out_dir, "counting.json"))["config"]
-        path = os.path.join(out_dir, "curves.csv")
-        if os.path.exists(path):
-            raw = read_csv(path)
-            curves = {k: raw[k] for k in CURVE_COLUMNS}
-            curves["config"] = np.asarray([str(c) for c in curves["config"]])
-            for k in ("d", "p", "step"):
-                curves[k] = curves[k].astype(np.int32)
-            curves["seed"] = curves["seed"].astype(np.int64)
-            out.curves = curves
-        return out
+        """Rebuild from a `runs.csv` alone (`config={}`)."""
+        return cls.from_files(dict(runs=read_file(path, cls.FILES[0]), config=dict(config={})), os.path.dirname(path))
 
 
 def _check_training(steps, batch_size, n_test, learning_rate) -> None:

@@ -20,7 +20,6 @@ training, measure) as one vmapped, chunked, resumable sweep over
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +27,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
 from phasejax.tasks._common import Array
@@ -279,7 +278,7 @@ def two_solutions_run(solution, seed, *, config: TwoSolutionsConfig, dtype=jnp.f
 
 
 @dataclasses.dataclass
-class TwoSolutions:
+class TwoSolutions(ResultBundle):
     """Result of `two_solutions`: `runs` (columns `TWO_SOLUTION_COLUMNS`, `solution` as names),
     `attention[(solution, phase)] (n_seeds, n_show, L, L)` with `phase` in `("before", "after")`,
     the probe `tokens (n_show, L)` and the `config` (JSON).
@@ -308,28 +307,26 @@ class TwoSolutions:
                     rows["max"].append(v.max())
         return {k: np.asarray(v) for k, v in rows.items()}
 
-    def write(self, out_dir: str) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
+    FILES = (BundleFile("two_solutions.csv", field="runs", columns=TWO_SOLUTION_COLUMNS,
+                        required=TWO_SOLUTION_COLUMNS, dtypes=dict(solution=str, seed=np.int64)),
+             BundleFile("accuracy.csv", derived=True),
+             BundleFile("attention.npz", required=("tokens",)),
+             BundleFile("two_solutions.json", field="config", required=("config",)))
+
+    def to_files(self) -> dict:
+        """The contents: the attention maps as arrays `<solution>_<phase>` beside `tokens`, the accuracy table."""
         arrays = {f"{s}_{ph}": np.asarray(a) for (s, ph), a in self.attention.items()}
         arrays["tokens"] = np.asarray(self.tokens)
-        return [write_csv(os.path.join(out_dir, "two_solutions.csv"), self.runs, TWO_SOLUTION_COLUMNS),
-                write_csv(os.path.join(out_dir, "accuracy.csv"), self.accuracy_table()),
-                atomic_save_npz(os.path.join(out_dir, "attention.npz"), arrays),
-                atomic_write_json(os.path.join(out_dir, "two_solutions.json"), dict(config=self.config))]
+        return dict(runs=self.runs, accuracy=self.accuracy_table(), attention=arrays, config=dict(config=self.config))
 
     @classmethod
-    def load(cls, out_dir: str) -> "TwoSolutions":
-        raw = read_csv(os.path.join(out_dir, "two_solutions.csv"))
-        runs = {k: raw[k] for k in TWO_SOLUTION_COLUMNS}
-        runs["solution"] = np.asarray([str(v) for v in runs["solution"]])
-        runs["seed"] = runs["seed"].astype(np.int64)
-        arrays = load_npz(os.path.join(out_dir, "attention.npz"))
-        if arrays is None:
-            raise ValueError(f"{out_dir}/attention.npz is missing or unreadable")
+    def from_files(cls, contents: dict, out_dir: str) -> "TwoSolutions":
+        """The result from the files read back (the columns `TWO_SOLUTION_COLUMNS` of `two_solutions.csv`)."""
+        arrays = contents["attention"]
         attention = {(s, ph): arrays[f"{s}_{ph}"] for s in SOLUTIONS for ph in ("before", "after")
                      if f"{s}_{ph}" in arrays}
-        return cls(runs=runs, attention=attention, tokens=arrays["tokens"],
-                   config=read_json(os.path.join(out_dir, "two_solutions.json"))["config"])
+        return cls(runs={k: contents["runs"][k] for k in TWO_SOLUTION_COLUMNS}, attention=attention,
+                   tokens=arrays["tokens"], config=contents["config"]["config"])
 
 
 def two_solutions(config: TwoSolutionsConfig = TwoSolutionsConfig(), seeds=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), *,
