@@ -49,7 +49,8 @@ from phasejax.empirics.metrics import (
 )
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle
+from phasejax.io import read_csv, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_code, status_names
 from phasejax.sweep import RunOptions, available_memory, canonical_config, run_chunked, run_options
@@ -68,6 +69,22 @@ student: the `d -> inf` baseline of section 6); `solution` by `classify_solution
 `status` of `minimize` (a `phasejax.solvers.Status` name in the CSV)."""
 
 _NAMED = {"init": INITS, "solution": SOLUTIONS}
+
+RUN_COLUMN_KINDS = dict(alpha="number", omega="number", seed="int", init="str", d="int", n="int", steps="int",
+                        status="str", converged="bool", solution="str")
+"""Kinds (`phasejax.io.COLUMN_KINDS`) of the columns of `runs.csv` that are not plain numbers."""
+
+
+def _column_kinds(columns, named, integers) -> dict:
+    kinds = {k: RUN_COLUMN_KINDS.get(k, "number") if columns is RUN_COLUMNS or k in RUN_COLUMN_KINDS else None
+             for k in columns}
+    kinds.update({k: "str" for k in columns if k in named or k == "status"})
+    kinds.update({k: "int" for k in columns if k in integers})
+    return kinds
+
+
+_RUN_KINDS = _column_kinds(RUN_COLUMNS, _NAMED, ())
+"""Kind of every column of a `runs.csv` of `RUN_COLUMNS` (what `read_runs_csv` checks by default)."""
 
 
 def _round12(values) -> tuple[float, ...]:
@@ -251,7 +268,7 @@ def training_config(grid: TrainingGrid, params: TiedAttentionParams, *, student:
 
 
 @dataclasses.dataclass
-class TrainingRuns:
+class TrainingRuns(ResultBundle):
     """Outputs of `train_students`: the grid, `runs` (columns `RUN_COLUMNS`, numpy, task order) and the config.
 
     `write(out_dir)` writes `runs.csv` and `training.json` (grid and
@@ -264,22 +281,21 @@ class TrainingRuns:
     runs: dict[str, np.ndarray]
     config: dict
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `runs.csv` and `training.json` into `out_dir`; returns the paths."""
-        os.makedirs(out_dir, exist_ok=True)
-        return [write_runs_csv(self.runs, os.path.join(out_dir, "runs.csv")),
-                atomic_write_json(os.path.join(out_dir, "training.json"),
-                                  dict(grid=self.grid.to_json(), config=canonical_config(self.config)))]
+    FILES = (BundleFile("runs.csv", columns=RUN_COLUMNS, required=_RUN_KINDS, min_rows=1),
+             BundleFile("training.json", field="meta"))
+    """`write` writes `runs.csv` (`write_runs_csv`) and `training.json` (`{"grid": ..., "config": ...}`)."""
 
-    def write_csv(self, path: str) -> str:
-        """Write `runs.csv` alone (see `write_runs_csv`)."""
-        return write_runs_csv(self.runs, path)
+    def to_files(self) -> dict:
+        """`runs` with names for codes (`encode_runs`), the grid and the configuration as JSON."""
+        return dict(runs=encode_runs(self.runs), meta=dict(grid=self.grid.to_json(),
+                                                            config=canonical_config(self.config)))
 
     @classmethod
-    def load(cls, out_dir: str) -> "TrainingRuns":
-        """Read `runs.csv` and `training.json` written by `write`."""
+    def from_files(cls, contents: dict, out_dir: str) -> "TrainingRuns":
+        """The runs (codes for names, `decode_runs`) with the grid of `training.json` (validated, and of as many
+        tasks as `runs.csv` has rows)."""
         path = os.path.join(out_dir, "training.json")
-        meta = read_json(path, kind=dict)
+        meta = contents["meta"]
         missing = [k for k in ("grid", "config") if k not in meta]
         if missing or not isinstance(meta["grid"], dict):
             raise ValueError(f"{path} is not a training.json: it needs the keys 'grid' (an object) and 'config'")
@@ -287,11 +303,15 @@ class TrainingRuns:
             grid = TrainingGrid(**meta["grid"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path}: its grid is not valid ({e})") from None
-        runs = read_runs_csv(os.path.join(out_dir, "runs.csv"))
+        runs = decode_runs(contents["runs"], os.path.join(out_dir, "runs.csv"))
         if len(runs["alpha"]) != len(grid.tasks()["alpha"]):
             raise ValueError(f"{os.path.join(out_dir, 'runs.csv')} has {len(runs['alpha'])} rows, its grid in "
                              f"{path} {len(grid.tasks()['alpha'])}")
         return cls(grid=grid, runs=runs, config=meta["config"])
+
+    def write_csv(self, path: str) -> str:
+        """Write `runs.csv` alone (see `write_runs_csv`)."""
+        return write_runs_csv(self.runs, path)
 
     @classmethod
     def from_csv(cls, path: str) -> "TrainingRuns":
@@ -303,9 +323,9 @@ class TrainingRuns:
         return cls(grid=grid, runs=runs, config={})
 
 
-def write_runs_csv(runs: dict[str, np.ndarray], path: str, *, columns=None, named=None) -> str:
-    """Write runs (one row each) to CSV atomically: `columns` (default `RUN_COLUMNS`), integer codes of the
-    `named` columns (default: `init`, `solution`) and `status` written as names."""
+def encode_runs(runs: dict[str, np.ndarray], *, columns=None, named=None) -> dict[str, np.ndarray]:
+    """The table `write_runs_csv` writes: `columns` (default `RUN_COLUMNS`), integer codes of the `named` columns
+    (default: `init`, `solution`) and `status` as names."""
     columns = RUN_COLUMNS if columns is None else tuple(columns)
     named = _NAMED if named is None else named
     cols = {}
@@ -316,26 +336,23 @@ def write_runs_csv(runs: dict[str, np.ndarray], path: str, *, columns=None, name
         elif k == "status":
             v = status_names(v)
         cols[k] = v
-    return write_csv(path, cols, columns)
+    return cols
 
 
-RUN_COLUMN_KINDS = dict(alpha="number", omega="number", seed="int", init="str", d="int", n="int", steps="int",
-                        status="str", converged="bool", solution="str")
-"""Kinds (`phasejax.io.COLUMN_KINDS`) of the columns of `runs.csv` that are not plain numbers."""
+def write_runs_csv(runs: dict[str, np.ndarray], path: str, *, columns=None, named=None) -> str:
+    """Write runs (one row each) to CSV atomically: `columns` (default `RUN_COLUMNS`), integer codes of the
+    `named` columns (default: `init`, `solution`) and `status` written as names."""
+    columns = RUN_COLUMNS if columns is None else tuple(columns)
+    return write_csv(path, encode_runs(runs, columns=columns, named=named), columns)
 
 
-def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[str, np.ndarray]:
-    """Inverse of `write_runs_csv` (same `columns`, `named`): codes for the named columns and `status`,
-    `converged` boolean, the `integers` columns as int64. Validates the file: every column present, numbers
-    where numbers belong, names from their lists, at least one row; a `ValueError` names the file, the column
-    and the line otherwise."""
+def decode_runs(raw: dict[str, np.ndarray], path: str, *, columns=None, named=None,
+                integers=()) -> dict[str, np.ndarray]:
+    """Inverse of `encode_runs` on a table read from `path` (named in the errors): codes for the named columns and
+    `status` (a `ValueError` naming the file, the column and the line for a name not in its list), `converged`
+    boolean, the `integers` columns as int64."""
     columns = RUN_COLUMNS if columns is None else tuple(columns)
     named = _NAMED if named is None else named
-    kinds = {k: RUN_COLUMN_KINDS.get(k, "number") if columns is RUN_COLUMNS or k in RUN_COLUMN_KINDS else None
-             for k in columns}
-    kinds.update({k: "str" for k in columns if k in named or k == "status"})
-    kinds.update({k: "int" for k in columns if k in integers})
-    raw = read_csv(path, required=kinds, min_rows=1)
     runs = {}
     for k in columns:
         v = raw[k]
@@ -356,6 +373,17 @@ def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[s
             v = np.asarray(v).astype(np.int64)
         runs[k] = v
     return runs
+
+
+def read_runs_csv(path: str, *, columns=None, named=None, integers=()) -> dict[str, np.ndarray]:
+    """Inverse of `write_runs_csv` (same `columns`, `named`): codes for the named columns and `status`,
+    `converged` boolean, the `integers` columns as int64. Validates the file: every column present, numbers
+    where numbers belong, names from their lists, at least one row; a `ValueError` names the file, the column
+    and the line otherwise."""
+    columns = RUN_COLUMNS if columns is None else tuple(columns)
+    named = _NAMED if named is None else named
+    raw = read_csv(path, required=_column_kinds(columns, named, integers), min_rows=1)
+    return decode_runs(raw, path, columns=columns, named=named, integers=integers)
 
 
 def _linear_baseline(params: TiedAttentionParams, omegas: np.ndarray, quadrature_order: int) -> np.ndarray:

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.precision import check_float_dtype
 from phasejax.solvers import Status
 from phasejax.tasks._common import F32, Array
@@ -296,7 +297,7 @@ def reduced_optimizer_path(theta0, p, q, tied, optimizer, steps: int, n_save: in
 
 
 @dataclasses.dataclass
-class ReducedPicture:
+class ReducedPicture(ResultBundle):
     """Everything the reduced-model figure shows (numpy arrays; `runs` holds one row per Gaussian-init flow,
     whose initial point is `init_std * normal(PRNGKey(seed), (4,))`). `write` saves the per-cell table
     `reduced_cells.csv` and `reduced_summary.json`."""
@@ -342,14 +343,14 @@ class ReducedPicture:
                  "entropy_rate", "stationary_entropy", "n_converged", "n_max_iterations", "n_diverged")
         return {k: np.asarray([row[i] for row in rows]) for i, k in enumerate(names)}
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `reduced_cells.csv` (`cells()`) and `reduced_summary.json` (`summary()`); returns the paths."""
-        import os
+    FILES = (BundleFile("reduced_cells.csv", field="cells", derived=True),
+             BundleFile("reduced_summary.json", field="summary", derived=True))
+    """`write` writes `reduced_cells.csv` (`cells()`) and `reduced_summary.json` (`summary()`); nothing is read
+    back (the flows are not stored)."""
 
-        from phasejax.io import atomic_write_json, write_csv
-
-        return [write_csv(os.path.join(out_dir, "reduced_cells.csv"), self.cells()),
-                atomic_write_json(os.path.join(out_dir, "reduced_summary.json"), self.summary())]
+    def to_files(self) -> dict:
+        """The per-cell table and the summary."""
+        return dict(cells=self.cells(), summary=self.summary())
 
 
 def reduced_picture(settings: ReducedSettings = ReducedSettings(), *, pq_values=None, seeds: int = 5,
