@@ -5,11 +5,12 @@ student against finite-`d` online SGD, and the dynamical phase diagram over omeg
     phasejax dynamics --preset gpu       # finer table, more angles, d up to 1000, more seeds
 
 Writes --out (default runs/dynamics/; the committed results with --out results/dynamics --overwrite):
-table.npz (the population table), ode.csv (ODE trajectories:
-omega, lr, t, m, e, loss), sgd_trajectories.csv (finite-d SGD from the same init), runs.csv (finite-d SGD
+table.npz (the population table on the whole range |m|, |e| <= 1), ode.csv (ODE trajectories:
+omega, lr, t, m, e, loss, in_table), sgd_trajectories.csv (finite-d SGD from the same init), runs.csv (finite-d SGD
 from random inits at both learning rates: omega, d, lr, seed, mechanism, escape time, the ODE's prediction
-from the run's own init),
-phase_diagram.csv (ODE: omega, lr, d, mechanism fractions, escape times; population minima), summary.json,
+from the run's own init, and whether that ODE trajectory stayed in the table's range: ode_in_table),
+phase_diagram.csv (ODE: omega, lr, d, mechanism fractions, escape times, n_outside_table; population minima),
+summary.json,
 and trajectories.png, phase_diagram.png, escape_time.png. The SGD sweeps are chunked and resumable
 (--run-dir, default <out>/run).
 """
@@ -70,12 +71,15 @@ def _table(params, n_grid, order, path):
     from phasejax.io import atomic_save_npz, load_npz
 
     old = load_npz(path) if os.path.exists(path) else None
-    if old is not None and int(old["order"]) == order and old["m_grid"].shape[0] == 2 * n_grid - 1:
+    if (old is not None and int(old["order"]) == order and old["m_grid"].shape[0] == 2 * n_grid - 1
+            and float(old["m_grid"][-1]) == 1.0 and "plateau" in old):
         return PopulationTable(m_grid=jnp.asarray(old["m_grid"]), e_grid=jnp.asarray(old["e_grid"]),
-                               coefficients=jnp.asarray(old["coefficients"]), params=params, order=order)
-    tab = build_population_table(params, n_grid=n_grid, order=order, progress=True)
+                               coefficients=jnp.asarray(old["coefficients"]), params=params,
+                               plateau=jnp.asarray(old["plateau"]), order=order)
+    tab = build_population_table(params, n_grid=n_grid, order=order, m_max=1.0, progress=True)
     atomic_save_npz(path, dict(m_grid=np.asarray(tab.m_grid), e_grid=np.asarray(tab.e_grid),
-                               coefficients=np.asarray(tab.coefficients), order=np.asarray(order)))
+                               coefficients=np.asarray(tab.coefficients), plateau=np.asarray(tab.plateau),
+                               order=np.asarray(order)))
     return tab
 
 
@@ -116,8 +120,8 @@ def run(args) -> int:
     from phasejax import float64_scope
     from phasejax.dynamics import (MECHANISMS, axis_losses, classify_mechanism, curvature_crossing,
                                    make_dynamics_params, mechanism_minima, minimum_switch, ode_phase_diagram,
-                                   plateau_curvatures, plateau_rates, population_minimum, rate_crossing, sgd_ode_solve,
-                                   sgd_ode_trajectory, table_terms)
+                                   in_table_range, plateau_curvatures, plateau_rates, population_minimum, rate_crossing,
+                                   sgd_ode_solve, sgd_ode_trajectory, table_terms)
     from phasejax.io import atomic_write_json, write_csv
 
     if args.replot:
@@ -140,6 +144,7 @@ def run(args) -> int:
         check = _table(params, preset["n_grid"], preset["order_check"], os.path.join(args.out, "table_check.npz"))
         diff = np.max(np.abs(np.asarray(tab.coefficients) - np.asarray(check.coefficients)), axis=(0, 2, 3))
         summary["table"] = dict(n_grid=preset["n_grid"], order=preset["order"], order_check=preset["order_check"],
+                                m_max=float(tab.m_grid[-1]), e_max=float(tab.e_grid[-1]),
                                 max_abs_diff_R_Rm_Re_Gamma=diff.tolist())
         paths += [os.path.join(args.out, "table.npz"), os.path.join(args.out, "table_check.npz")]
 
@@ -203,7 +208,10 @@ def run(args) -> int:
             omega=np.repeat(trace_omegas, n_t), lr=np.full(n_t * len(trace_omegas), args.learning_rate),
             m0=np.full(n_t * len(trace_omegas), m0), e0=np.full(n_t * len(trace_omegas), e0),
             t=np.tile(ts, len(trace_omegas)), m=np.asarray(m_t).ravel(), e=np.asarray(e_t).ravel(),
-            loss=np.asarray(loss_t).ravel())))
+            loss=np.asarray(loss_t).ravel(),
+            in_table=np.asarray(in_table_range(tab, m_t, e_t)).ravel())))
+        summary["ode_outside_table"] = dict(phase_diagram_angles=int(np.sum(cols["n_outside_table"])),
+                                            trajectory_points=int(np.sum(~np.asarray(in_table_range(tab, m_t, e_t)))))
 
     # 5. finite-d SGD from the same init, several d
     compare_omegas = (0.3, 0.9)
@@ -243,7 +251,7 @@ def run(args) -> int:
 
     # 6. finite-d SGD from random inits: mechanism fractions over omega; escape-time scaling with d
     runs = {k: [] for k in ("kind", "omega", "d", "lr", "seed", "m0", "e0", "m_end", "e_end", "loss_end", "mechanism",
-                            "escape_time", "escape_time_ode", "mechanism_ode")}
+                            "escape_time", "escape_time_ode", "mechanism_ode", "ode_in_table")}
 
     def add_runs(kind, d, tasks, out, lr=args.learning_rate):
         with float64_scope():
@@ -260,6 +268,7 @@ def run(args) -> int:
         runs["mechanism"].append(np.asarray(MECHANISMS)[np.asarray(classify_mechanism(out["m_end"], out["e_end"]))])
         runs["escape_time_ode"].append(np.asarray(res.escape_time))
         runs["mechanism_ode"].append(np.asarray(MECHANISMS)[np.asarray(res.mechanism)])
+        runs["ode_in_table"].append(np.asarray(res.in_table))
 
     d = preset["sgd_d"]
     tasks = dict(omega=np.repeat(preset["sgd_omegas"], seeds).astype(np.float64),
@@ -284,6 +293,10 @@ def run(args) -> int:
             return not_finished(options)
         add_runs("scaling", d, tasks, out)
     runs = {k: np.concatenate(v) for k, v in runs.items()}
+    summary["ode_outside_table"]["runs"] = int(np.sum(~runs["ode_in_table"]))
+    print("ODE trajectories outside the table's range (|m| <= {m_max:g}, |e| <= {e_max:g}): {phase_diagram_angles} "
+          "phase-diagram angles, {trajectory_points} trace points, {runs} runs".format(
+              **summary["ode_outside_table"], **{k: summary["table"][k] for k in ("m_max", "e_max")}), flush=True)
     paths.append(write_csv(os.path.join(args.out, "runs.csv"), runs))
     summary["sgd_fractions"] = _fractions(runs, "fractions")
     summary["sgd_fractions_lr_paper"] = _fractions(runs, "fractions_lr_paper")

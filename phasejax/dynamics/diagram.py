@@ -28,7 +28,8 @@ def ode_phase_diagram(table: PopulationTable, omegas, lrs, r0s, *, n_angles: int
     Returns flat columns (one row per grid point): `omega, lr, r0`, `fraction_<mechanism>` for each of
     `MECHANISMS`, `mechanism` (the majority's name), `escape_time` (mean over angles; `inf` if any stayed on
     the plateau), `escape_time_min`, `escape_time_max`, `m_end`, `e_end` (mean `|m|`, `|e|` at the end),
-    `n_converged` (angles whose second leg reached a steady state).
+    `n_converged` (angles whose second leg reached a steady state), `n_outside_table` (angles whose trajectory
+    left the table's range and stopped there: `ODEResult.in_table`; 0 for a table with `m_max = 1`).
     """
     omegas, lrs, r0s = (np.atleast_1d(np.asarray(v, np.float64)) for v in (omegas, lrs, r0s))
     phis = jnp.asarray(random_init_angles(int(n_angles)))
@@ -41,7 +42,7 @@ def ode_phase_diagram(table: PopulationTable, omegas, lrs, r0s, *, n_angles: int
         return dict(fractions=frac, escape_time=jnp.mean(res.escape_time),
                     escape_time_min=jnp.min(res.escape_time), escape_time_max=jnp.max(res.escape_time),
                     m_end=jnp.mean(jnp.abs(res.m)), e_end=jnp.mean(jnp.abs(res.e)),
-                    n_converged=jnp.sum(res.status == Status.CONVERGED))
+                    n_converged=jnp.sum(res.status == Status.CONVERGED), n_outside_table=jnp.sum(~res.in_table))
 
     # lax.map in batches keeps memory bounded (each point vmaps n_angles two-leg diffrax solves)
     out = jax.jit(lambda o, lr, r0: jax.lax.map(lambda x: point(*x), (o, lr, r0), batch_size=batch_size))(
@@ -51,7 +52,8 @@ def ode_phase_diagram(table: PopulationTable, omegas, lrs, r0s, *, n_angles: int
     for k, name in enumerate(MECHANISMS):
         cols[f"fraction_{name}"] = out["fractions"][:, k]
     cols["mechanism"] = np.asarray(MECHANISMS)[np.argmax(out["fractions"], axis=1)]
-    for key in ("escape_time", "escape_time_min", "escape_time_max", "m_end", "e_end", "n_converged"):
+    for key in ("escape_time", "escape_time_min", "escape_time_max", "m_end", "e_end", "n_converged",
+                "n_outside_table"):
         cols[key] = out[key]
     return cols
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from phasejax.dynamics.population import PopulationTable, spherical_gradient, table_terms
+from phasejax.dynamics.population import PopulationTable, in_table_range, spherical_gradient, table_terms
 from phasejax.solvers import Status
 
 Array = jax.Array
@@ -68,8 +68,11 @@ class ODEResult(NamedTuple):
 
     `escape_time`: first `t` with `sqrt(m^2 + e^2) = r_escape` (`inf` if never before `t_max`); `t_end`,
     `m`, `e`: where the second leg stopped; `residual`: size of the drift there; `mechanism`: code into
-    `MECHANISMS`; `iterations`: solver steps of both legs; `status`: `Status.CONVERGED` at a steady state,
-    `MAX_ITERATIONS` at `t_max` or the step cap."""
+    `MECHANISMS`; `iterations`: solver steps of both legs; `in_table`: whether every step stayed in the
+    table's range (`in_table_range`; always so for a table with `m_max = 1`); `status`: `Status.CONVERGED`
+    at a steady state, `MAX_ITERATIONS` at `t_max` or the step cap, `INVALID_ITERATE` where the trajectory
+    left the table's range (it stops there: beyond it the table only extrapolates), `DIVERGED` if
+    non-finite."""
 
     escape_time: Array
     t_end: Array
@@ -79,6 +82,7 @@ class ODEResult(NamedTuple):
     residual: Array
     mechanism: Array
     iterations: Array
+    in_table: Array
     status: Array
 
 
@@ -94,7 +98,9 @@ def sgd_ode_solve(table: PopulationTable, omega, lr, m0, e0, *, t_max: float = 1
 
     Leg 1 stops at the escape event `sqrt(m^2 + e^2) = r_escape` (escape time 0 for an init already beyond it;
     located by Newton root finding on the dense output); leg 2 runs from there until the drift's max-norm,
-    divided by `lr`, is below `steady_tol` (a steady state: status converged) or until `t_max`. Scalars `omega, lr, m0, e0`; vmap for grids.
+    divided by `lr`, is below `steady_tol` (a steady state: status converged) or until `t_max`. Both legs also
+    stop at the end of a step that leaves the table's range (`in_table = False`, status invalid iterate).
+    Scalars `omega, lr, m0, e0`; vmap for grids.
     """
     omega, lr, m0, e0 = (jnp.asarray(v, table.coefficients.dtype) for v in (omega, lr, m0, e0))
     args = (table, omega, lr)
@@ -104,10 +110,14 @@ def sgd_ode_solve(table: PopulationTable, omega, lr, m0, e0, *, t_max: float = 1
     def escaped(t, y, args, **kw):
         return jnp.sqrt(y[0] ** 2 + y[1] ** 2) - r_escape
 
+    def left_table(t, y, args, **kw):
+        return ~in_table_range(table, y[0], y[1])
+
     # an init already outside the plateau has escape time 0 (leg 1 then only takes a vanishing step)
     started_out = jnp.sqrt(m0**2 + e0**2) >= r_escape
     leg1 = diffrax.diffeqsolve(term, t0=0.0, t1=jnp.where(started_out, 1e-9, t_max), dt0=None, y0=y0, args=args,
-                               event=diffrax.Event(escaped, root_finder=optx.Newton(rtol=1e-10, atol=1e-10)),
+                               event=diffrax.Event((escaped, left_table),
+                                                   root_finder=optx.Newton(rtol=1e-10, atol=1e-10)),
                                max_steps=max_steps, **_solver_options(rtol, atol))
     t_esc = jnp.where(started_out, 0.0, leg1.ts[-1])
     y_esc = jnp.where(started_out, y0, leg1.ys[-1])
@@ -117,18 +127,23 @@ def sgd_ode_solve(table: PopulationTable, omega, lr, m0, e0, *, t_max: float = 1
         return jnp.max(jnp.abs(_vector_field(t, y, args))) < steady_tol * lr
 
     leg2 = diffrax.diffeqsolve(term, t0=t_esc, t1=jnp.maximum(t_max, t_esc + 1.0), dt0=None, y0=y_esc, args=args,
-                               event=diffrax.Event(steady), max_steps=max_steps, **_solver_options(rtol, atol))
+                               event=diffrax.Event((steady, left_table)), max_steps=max_steps,
+                               **_solver_options(rtol, atol))
     y_end = leg2.ys[-1]
+    inside = in_table_range(table, y0[0], y0[1]) & in_table_range(table, y_esc[0], y_esc[1]) \
+        & in_table_range(table, y_end[0], y_end[1])
     drift = jnp.max(jnp.abs(_vector_field(0.0, y_end, args))) / lr
     converged = drift < steady_tol * 1.0001
     status = jnp.where(converged, Status.CONVERGED, Status.MAX_ITERATIONS).astype(jnp.int32)
+    status = jnp.where(inside, status, jnp.int32(Status.INVALID_ITERATE))
     status = jnp.where(jnp.all(jnp.isfinite(y_end)), status, jnp.int32(Status.DIVERGED))
     return ODEResult(
         escape_time=jnp.where(did_escape, t_esc, jnp.inf),
         t_end=leg2.ts[-1], m=y_end[0], e=y_end[1],
         loss=table_terms(table, y_end[0], y_end[1], omega).loss,
         residual=drift, mechanism=classify_mechanism(y_end[0], y_end[1], threshold),
-        iterations=(leg1.stats["num_steps"] + leg2.stats["num_steps"]).astype(jnp.int32), status=status)
+        iterations=(leg1.stats["num_steps"] + leg2.stats["num_steps"]).astype(jnp.int32), in_table=inside,
+        status=status)
 
 
 def sgd_ode_trajectory(table: PopulationTable, omega, lr, m0, e0, ts: Array, *, rtol: float = 1e-7,
@@ -144,13 +159,14 @@ def sgd_ode_trajectory(table: PopulationTable, omega, lr, m0, e0, ts: Array, *, 
 
 def plateau_rates(table: PopulationTable, omega, lr) -> tuple[Array, Array]:
     """Linear growth rates `(lambda_m, lambda_e)` of `m` and `e` at the uninformative point `(0, 0)`:
-    `lambda = -lr * d^2R/dx^2 (0, 0) - lr^2 Gamma(0, 0) / 2` (from the table, by a centred difference)."""
-    h = 1e-3
-    t0 = table_terms(table, 0.0, 0.0, omega)
-    Rmm = table_terms(table, h, 0.0, omega).dR_dm / h
-    Ree = table_terms(table, 0.0, h, omega).dR_de / h
-    shrink = 0.5 * lr**2 * t0.gamma
-    return -lr * Rmm - shrink, -lr * Ree - shrink
+    `lambda = -lr * d^2R/dx^2 (0, 0) - lr^2 Gamma(0, 0) / 2`, from the curvatures the table stores
+    (`PopulationTable.plateau`, exact to its quadrature rule; the ODE's own linearisation interpolates the
+    table and differs from them by its interpolation error, `O(grid step^2)`)."""
+    if table.plateau is None:
+        raise ValueError("table.plateau is missing: build the table with build_population_table")
+    c = table.plateau[0] + omega * table.plateau[1] + omega**2 * table.plateau[2]
+    shrink = 0.5 * lr**2 * c[2]
+    return -lr * c[0] - shrink, -lr * c[1] - shrink
 
 
 def escape_time_estimate(rate: Array, r0: Array, r_escape: float = 0.2) -> Array:

@@ -199,13 +199,21 @@ class PopulationTable:
     For the square loss every term is a polynomial of degree 2 in `omega` (the target is affine in it), so
     `coefficients (3, 4, n_m, n_e)` holds, per power of `omega`, the values of `(R, R_m, R_e, Gamma)`.
     `order` is the Gauss-Hermite order per dimension it was built with; `params` the setting (its `omega`
-    is unused). Interpolated by `table_terms` (tensor cubic convolution)."""
+    is unused). Interpolated by `table_terms` (tensor cubic convolution). `plateau (3, 3)`: per power of
+    `omega`, the curvatures `R_mm(0, 0)`, `R_ee(0, 0)` (second derivatives by autodiff of the same rule) and
+    `Gamma(0, 0)` at the uninformative point, for `plateau_rates` (exact to the rule, where interpolating
+    `R_m`, `R_e` to `O(h)` next to the origin errs by `O(grid step^2)`)."""
 
     m_grid: Array
     e_grid: Array
     coefficients: Array
     params: DynamicsParams
+    plateau: Array | None = None
     order: int = struct.field(pytree_node=False, default=0)
+
+
+_EDGE = 1e-12
+"""Offset of the table's nodes at `|m| = 1` (`build_population_table`)."""
 
 
 def _swap_symmetric(params: DynamicsParams) -> bool:
@@ -215,12 +223,17 @@ def _swap_symmetric(params: DynamicsParams) -> bool:
 
 
 @uses_float64
-def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int = 14, m_max: float = 0.98,
+def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int = 14, m_max: float = 1.0,
                            progress: bool = False) -> PopulationTable:
     """Tabulate `(R, R_m, R_e, Gamma)` for the square loss on `[-m_max, m_max] x [-1, 1]` in `(m, e)`.
 
-    The table holds every `omega` at once. `m_max < 1` keeps the nodes off `|m| = 1`, where the derivative
-    of `sqrt(1 - m^2)` at the quadrature nodes is singular (beyond it `table_terms` extrapolates linearly).
+    The table holds every `omega` at once. The default `m_max = 1` covers the whole sphere (`|m|, |e| <= 1`;
+    the ODEs keep `m^2 + e^2 <= 1`), so no trajectory leaves it. At `|m| = 1` the nodes' derivative of
+    `sqrt(1 - m^2)` is singular although `R` is smooth there (the rule is symmetric in `xi`, so the quadrature
+    is a function of `1 - m^2`): the nodes at `|m| = 1` are evaluated at `|m| = 1 - 1e-12` (a shift of
+    `1e-12` in `m`, and a cancellation error of about `1e-10` in `R_m`). A smaller `m_max` gives a table
+    that trajectories can leave: `sgd_ode_solve` flags those (`in_table`, `Status.INVALID_ITERATE`), and
+    `in_table_range` tests points; beyond the grid `table_terms` extrapolates linearly.
 
     Uses the parity of `R` in `m` (the softmax teacher is even in `h*`) and, where the problem is symmetric
     under swapping the two tokens together with `p -> -p` (`L = 2`, `A` swap-invariant, opposite encodings),
@@ -233,9 +246,10 @@ def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int 
     if int(n_grid) < 4:
         raise ValueError(f"n_grid must be at least 4, got {n_grid}")
     rule = quadrature_rule(params.L, order)
-    if not 0.5 <= float(m_max) < 1.0:
-        raise ValueError(f"m_max must be in [0.5, 1), got {m_max}")
+    if not 0.5 <= float(m_max) <= 1.0:
+        raise ValueError(f"m_max must be in [0.5, 1], got {m_max}")
     half_m = np.linspace(0.0, float(m_max), int(n_grid))
+    m_nodes = np.minimum(half_m, 1.0 - _EDGE)       # the quadrature at |m| = 1 - 1e-12 (see above)
     half = np.linspace(0.0, 1.0, int(n_grid))
     sym_e = _swap_symmetric(params)
     e_nodes = half if sym_e else np.concatenate([-half[:0:-1], half])
@@ -247,7 +261,7 @@ def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int 
             return jnp.stack([t.loss, t.dR_dm, t.dR_de, t.gamma])
         return jax.vmap(one)(omegas)  # (3 omegas, 4)
 
-    mm, ee = np.meshgrid(half_m, e_nodes, indexing="ij")
+    mm, ee = np.meshgrid(m_nodes, e_nodes, indexing="ij")
     nodes = jnp.asarray(np.stack([mm.ravel(), ee.ravel()], -1))
     compute = jax.jit(lambda nd: jax.lax.map(at_node, nd))
     if progress:
@@ -260,11 +274,9 @@ def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int 
         vals = np.asarray(compute(nodes))
     vals = vals.reshape(len(half_m), len(e_nodes), 3, 4)
     # values at omega = 0, 1/2, 1 -> coefficients of 1, omega, omega^2
-    v0, vh, v1 = vals[..., 0, :], vals[..., 1, :], vals[..., 2, :]
-    c0 = v0
-    c2 = 2.0 * (v0 + v1) - 4.0 * vh
-    c1 = v1 - v0 - c2
-    coef = np.stack([c0, c1, c2], 0)  # (3, n_m_half, n_e, 4)
+    coef = _omega_powers(vals[..., 0, :], vals[..., 1, :], vals[..., 2, :])  # (3, n_m_half, n_e, 4)
+    plateau = _omega_powers(*(np.asarray(jax.jit(lambda om: plateau_terms(params.replace(omega=om), rule))(om))
+                              for om in (0.0, 0.5, 1.0)))
     parity_m = np.array([1.0, -1.0, 1.0, 1.0])   # R, R_m, R_e, Gamma under m -> -m
     parity_e = np.array([1.0, 1.0, -1.0, 1.0])   # under e -> -e
     coef = np.concatenate([coef[:, :0:-1] * parity_m, coef], axis=1)
@@ -272,7 +284,24 @@ def build_population_table(params: DynamicsParams, n_grid: int = 26, order: int 
         coef = np.concatenate([coef[:, :, :0:-1] * parity_e, coef], axis=2)
     return PopulationTable(m_grid=jnp.asarray(np.concatenate([-half_m[:0:-1], half_m])),
                            e_grid=jnp.asarray(np.concatenate([-half[:0:-1], half])),
-                           coefficients=jnp.asarray(np.moveaxis(coef, -1, 1)), params=params, order=int(order))
+                           coefficients=jnp.asarray(np.moveaxis(coef, -1, 1)), params=params,
+                           plateau=jnp.asarray(plateau), order=int(order))
+
+
+def _omega_powers(v0, vh, v1):
+    """Coefficients `(3, ...)` of `1, omega, omega^2` of a quadratic from its values at `omega = 0, 1/2, 1`."""
+    c2 = 2.0 * (v0 + v1) - 4.0 * vh
+    return np.stack([v0, v1 - v0 - c2, c2], 0)
+
+
+def plateau_terms(params: DynamicsParams, rule: Quadrature) -> Array:
+    """`(R_mm, R_ee, Gamma)` at the uninformative point `(m, e) = (0, 0)` by the quadrature `rule`, the second
+    derivatives by autodiff (`(3,)`)."""
+    loss = lambda m, e: population_loss(m, e, params, rule)
+    zero = jnp.zeros((), jnp.asarray(rule.points).dtype)
+    Rmm = jax.grad(jax.grad(loss, 0), 0)(zero, zero)
+    Ree = jax.grad(jax.grad(loss, 1), 1)(zero, zero)
+    return jnp.stack([Rmm, Ree, population_terms(zero, zero, params, rule).gamma])
 
 
 def _cubic_weights(x: Array, grid: Array) -> tuple[Array, Array]:
@@ -291,6 +320,12 @@ def _cubic_weights(x: Array, grid: Array) -> tuple[Array, Array]:
     w = w.at[0].add(-lo).at[1].add(2 * lo - hi).at[2].add(2 * hi - lo).at[3].add(-hi)
     idx = jnp.clip(idx, 0, n - 1)
     return idx, w
+
+
+def in_table_range(table: PopulationTable, m: Array, e: Array) -> Array:
+    """Whether `(m, e)` lies in the tabulated range `|m| <= m_grid[-1]`, `|e| <= e_grid[-1]` (where
+    `table_terms` interpolates; outside it extrapolates)."""
+    return (jnp.abs(m) <= table.m_grid[-1]) & (jnp.abs(e) <= table.e_grid[-1])
 
 
 def table_terms(table: PopulationTable, m: Array, e: Array, omega: Array) -> PopulationTerms:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from phasejax.dynamics.population import DynamicsParams, sample_loss
@@ -33,20 +34,43 @@ class SGDRun(NamedTuple):
     loss: Array
 
 
+NORM_SLACK = 1e-6
+"""Rounding allowance of the init check `m0^2 + e0^2 <= 1 + NORM_SLACK` (e.g. `(0.6, 0.8)` in float32)."""
+
+
+def check_initial_overlaps(m0, e0) -> None:
+    """`ValueError` naming `m0, e0` unless, where concrete, both are NaN (a random init) or both finite with
+    `m0^2 + e0^2 <= 1` (up to `NORM_SLACK`): overlaps of a student on the sphere. Traced values pass."""
+    if isinstance(m0, jax.core.Tracer) or isinstance(e0, jax.core.Tracer):
+        return
+    m, e = np.asarray(m0, np.float64), np.asarray(e0, np.float64)
+    nan_m, nan_e = np.isnan(m), np.isnan(e)
+    if np.any(nan_m != nan_e):
+        raise ValueError(f"m0 and e0 must both be NaN (a random init) or both be numbers, got m0={m0!r}, e0={e0!r}")
+    r2 = np.where(nan_m, 0.0, m**2 + e**2)
+    if np.any(~np.isfinite(r2)) or np.any(r2 > 1.0 + NORM_SLACK):
+        raise ValueError(f"m0, e0 must be overlaps of a unit vector, m0**2 + e0**2 <= 1, got m0={m0!r}, e0={e0!r} "
+                         f"(m0**2 + e0**2 = {np.max(r2):.6g})")
+
+
 def initial_weights(key: Array, d: int, m0, e0, dtype=jnp.float32) -> Array:
     """A student on the sphere `||w||^2 = d` with overlaps `(m0, e0)` and a uniformly random remainder.
 
     `m0 = e0 = NaN` (the default of `online_sgd`) means a uniformly random direction (overlaps of order
-    `1/sqrt(d)`)."""
+    `1/sqrt(d)`). Concrete overlaps off the unit disk raise `ValueError` naming `m0, e0`
+    (`check_initial_overlaps`); traced ones give NaN weights (and NaN overlaps downstream)."""
+    check_initial_overlaps(m0, e0)
     v = jax.random.normal(key, (d,), dtype)
     rest = v.at[:2].set(0.0)
     rest = rest / jnp.linalg.norm(rest)
     m0 = jnp.asarray(m0, dtype)
     e0 = jnp.asarray(e0, dtype)
-    given = jnp.sqrt(d) * (jnp.sqrt(jnp.clip(1 - m0**2 - e0**2, 0.0)) * rest
-                           + m0 * jnp.eye(d, dtype=dtype)[0] + e0 * jnp.eye(d, dtype=dtype)[1])
+    r2 = m0**2 + e0**2
+    # only the rounding allowance is clipped; beyond it the (traced) init is invalid: NaN
+    remainder = jnp.where(r2 <= 1.0 + NORM_SLACK, jnp.sqrt(jnp.clip(1.0 - r2, 0.0)), jnp.nan)
+    given = jnp.sqrt(d) * (remainder * rest + m0 * jnp.eye(d, dtype=dtype)[0] + e0 * jnp.eye(d, dtype=dtype)[1])
     random = jnp.sqrt(d) * v / jnp.linalg.norm(v)
-    return jnp.where(jnp.isnan(m0) | jnp.isnan(e0), random, given)
+    return jnp.where(jnp.isnan(m0) & jnp.isnan(e0), random, given)
 
 
 def online_sgd(params: DynamicsParams, key: Array, lr, *, d: int, n_steps: int, record_every: int,
@@ -54,7 +78,8 @@ def online_sgd(params: DynamicsParams, key: Array, lr, *, d: int, n_steps: int, 
     """Online spherical SGD for `n_steps` steps at dimension `d`; overlaps every `record_every` steps.
 
     `params.omega` and `lr` may be traced (vmap over them and over `key`, `m0`, `e0`). `n_steps` must be a
-    multiple of `record_every`. Raises `ValueError` for non-positive sizes.
+    multiple of `record_every`. Raises `ValueError` for non-positive sizes and for concrete `m0, e0` off the
+    unit disk (`check_initial_overlaps`).
     """
     for name, v in (("d", d), ("n_steps", n_steps), ("record_every", record_every)):
         if int(v) != v or v < 1:
@@ -63,6 +88,7 @@ def online_sgd(params: DynamicsParams, key: Array, lr, *, d: int, n_steps: int, 
         raise ValueError(f"d must be at least 3, got {d}")
     if n_steps % record_every:
         raise ValueError(f"n_steps ({n_steps}) must be a multiple of record_every ({record_every})")
+    check_initial_overlaps(m0, e0)
     L = params.L
     k_init, k_data = jax.random.split(key)
     w = initial_weights(k_init, d, m0, e0, dtype)

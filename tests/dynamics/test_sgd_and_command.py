@@ -44,6 +44,22 @@ def test_online_sgd_keeps_the_student_on_the_sphere_and_validates_sizes():
         online_sgd(params, jax.random.PRNGKey(0), 0.5, d=0, n_steps=10, record_every=10)
 
 
+def test_initial_overlaps_off_the_unit_disk_raise_naming_them():
+    with pytest.raises(ValueError, match="m0, e0"):
+        initial_weights(jax.random.PRNGKey(0), 20, 0.8, 0.7)
+    with pytest.raises(ValueError, match="m0, e0"):
+        online_sgd(make_dynamics_params(0.5), jax.random.PRNGKey(0), 0.5, d=20, n_steps=10, record_every=10,
+                   m0=1.2, e0=0.0)
+    with pytest.raises(ValueError, match="m0 and e0"):
+        initial_weights(jax.random.PRNGKey(0), 20, jnp.nan, 0.3)
+    # on the circle (up to float32 rounding) is valid: no remainder
+    w = initial_weights(jax.random.PRNGKey(0), 20, 0.6, 0.8)
+    assert float(w[0]) == pytest.approx(0.6 * np.sqrt(20), rel=1e-6) and float(jnp.sum(w[2:] ** 2)) < 1e-5
+    # traced overlaps cannot raise: an invalid init is NaN, never a silently clipped student
+    bad = jax.jit(lambda m: initial_weights(jax.random.PRNGKey(0), 20, m, 0.7))(0.8)
+    assert np.all(np.isnan(np.asarray(bad)))
+
+
 def test_classify_mechanism():
     codes = classify_mechanism(jnp.asarray([0.0, 0.9, 0.05, 0.5]), jnp.asarray([0.0, 0.05, -0.9, 0.5]))
     assert [MECHANISMS[int(c)] for c in codes] == ["none", "semantic", "positional", "mixed"]
@@ -61,8 +77,8 @@ def test_gradient_flow_decreases_the_population_loss(small_table):
 def test_replot_from_the_committed_results(tmp_path, run_cli):
     src = os.path.join(ROOT, "results", "dynamics")
     names = ("ode.csv", "sgd_trajectories.csv", "phase_diagram.csv", "runs.csv", "summary.json")
-    if not all(os.path.exists(os.path.join(src, n)) for n in names):
-        pytest.skip("results/dynamics not present")
+    missing = [n for n in names if not os.path.exists(os.path.join(src, n))]
+    assert not missing, f"results/dynamics is committed with every file the replot reads; missing: {missing}"
     for n in names:
         shutil.copy(os.path.join(src, n), tmp_path / n)
     code, out, _ = run_cli(["dynamics", "--replot", "--out", str(tmp_path)])
