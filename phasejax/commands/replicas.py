@@ -12,7 +12,9 @@ gradient tolerance, the mutual overlap `q12` modulo `Q -> -Q`, the smallest Hess
 and a continuation run of `--long-steps` more steps. The replica-symmetric theory predicts
 `q12 / q -> 1` as `d -> inf`. Writes --out (default runs/replicas/): two_replicas.csv (one row per pair,
 `phasejax.empirics.replicas.PAIR_COLUMNS`), summary.csv (per `(alpha, lambda, branch, d)`: pair counts, means
-and standard errors over the pairs whose replicas stayed in the branch), summary.json (the same, the
+and standard errors over the pairs whose replicas stayed in the branch, less those with `q12 / q` undefined
+(`q = 0` or a diverged replica), counted in `n_dropped` and printed), summary.json (the same with the totals
+`n_pairs_dropped`, `n_pairs_dropped_long_run`, `n_pairs_averaged`, the
 `d -> inf` extrapolations (`a + b / d`) of `1 - q12 / q` and of the smallest Hessian eigenvalue, and the state
 evolution's `q`, `m`, `theta`), q12_over_q.png.
 """
@@ -192,8 +194,15 @@ def summarise(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str
         if se is not None and (a, w, lam, b) in se:
             rows.update(zip(("se_q", "se_m", "se_theta", "se_status"), se[(a, w, lam, b)]))
         limits.append(rows)
+    dropped = dict(n_pairs_dropped=int(np.sum(table["n_dropped"])),
+                   n_pairs_dropped_long_run=int(np.sum(table["n_dropped_long_run"])),
+                   n_pairs_averaged=int(np.sum(table["n_same_branch"]) - np.sum(table["n_dropped"])))
+    print(f"averages over {dropped['n_pairs_averaged']} pairs that stayed in their branch; dropped "
+          f"{dropped['n_pairs_dropped']} with q12 / q undefined (q = 0 or a diverged replica) and, from the "
+          f"continuation averages, {dropped['n_pairs_dropped_long_run']} more (summary.csv: n_dropped, "
+          f"n_dropped_long_run)", flush=True)
     paths.append(atomic_write_json(os.path.join(out, "summary.json"), dict(
-        groups={k: np.asarray(v).tolist() for k, v in names.items()}, limits=limits, **meta)))
+        groups={k: np.asarray(v).tolist() for k, v in names.items()}, limits=limits, **dropped, **meta)))
     paths.append(plot_q12_over_q(table, os.path.join(out, "q12_over_q.png")))
     return paths
 

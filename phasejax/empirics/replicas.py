@@ -12,7 +12,8 @@ closes with `d` is a finite-size effect.
 * `replica_init(branch, key, u, Qstar, r, noise)`: a branch init (`positional`
   or `semantic`, `phasejax.empirics.students`) plus iid Gaussian noise of
   `noise` times the init's RMS entry, one key per replica.
-* `mutual_overlaps(Q1, Q2, sigma1)`: `q1, q2, q12` and the distance.
+* `mutual_overlaps(Q1, Q2, sigma1)`: `q1, q2, q12` and the distance; `overlap_ratio(q12, q)`: `q12 / q`,
+  NaN where undefined (`q = 0`, a diverged replica).
 * `lanczos_min_eig(matvec, v0, steps)`: the smallest eigenvalue of a symmetric
   operator (Lanczos with full reorthogonalisation) with its Ritz residual, a
   bound on its error; `hessian_min_eig(loss, Q, key, steps)` applies it to the
@@ -103,6 +104,13 @@ def mutual_overlaps(Q1: Array, Q2: Array, sigma1: Array | float = 1.0) -> dict[s
     q1, q2 = s1 * jnp.sum(Q1**2) / d, s1 * jnp.sum(Q2**2) / d
     q12 = s1 * jnp.sum(jnp.linalg.svd(Q1.T @ Q2, compute_uv=False)) / d
     return dict(q1=q1, q2=q2, q12=q12, distance=jnp.maximum(q1 + q2 - 2.0 * q12, 0.0))
+
+
+def overlap_ratio(q12: Array, q: Array) -> Array:
+    """`q12 / q` where it is defined (`q > 0` and both finite), NaN elsewhere (`q = 0`: both replicas at
+    `Q = 0`; a non-finite `q`: a diverged replica). `summarize_pairs` drops and counts those pairs."""
+    ok = jnp.isfinite(q) & jnp.isfinite(q12) & (q > 0)
+    return jnp.where(ok, q12 / jnp.where(ok, q, 1.0), jnp.nan)
 
 
 # ----------------------------------------------------------------------------
@@ -261,13 +269,14 @@ def replica_pair(seed, alpha, omega, lam, branch, *, params: TiedAttentionParams
                             mutual_overlaps(long.params[1], Q2, s1)["distance"])
         long_cols = dict(long_run_loss_1=long.loss[0] / d, long_run_loss_2=long.loss[1] / d,
                          long_run_grad_norm=jnp.max(long.grad_norm),
-                         long_run_q12_over_q=ovl["q12"] / (0.5 * (ovl["q1"] + ovl["q2"])), long_run_drift=drift)
+                         long_run_q12_over_q=overlap_ratio(ovl["q12"], 0.5 * (ovl["q1"] + ovl["q2"])),
+                         long_run_drift=drift)
     else:
         long_cols = dict(long_run_loss_1=nan, long_run_loss_2=nan, long_run_grad_norm=nan, long_run_q12_over_q=nan,
                          long_run_drift=nan)
-    return dict(n=n, q=q, q1=ov["q1"], q2=ov["q2"], q12=ov["q12"], q12_over_q=ov["q12"] / q,
+    return dict(n=n, q=q, q1=ov["q1"], q2=ov["q2"], q12=ov["q12"], q12_over_q=overlap_ratio(ov["q12"], q),
                 distance=ov["distance"], m=m, theta=theta,
-                init_q12_over_q=ov0["q12"] / (0.5 * (ov0["q1"] + ov0["q2"])),
+                init_q12_over_q=overlap_ratio(ov0["q12"], 0.5 * (ov0["q1"] + ov0["q2"])),
                 train_loss_1=res.loss[0] / d, train_loss_2=res.loss[1] / d, grad_norm=jnp.max(res.grad_norm),
                 steps_1=res.steps[0], steps_2=res.steps[1], status_1=res.status[0], status_2=res.status[1],
                 converged=jnp.all(res.converged), solution_1=sol[0], solution_2=sol[1],
@@ -401,34 +410,51 @@ def replica_sweep(grid: ReplicaGrid, params: TiedAttentionParams | None = None, 
 SUMMARY_KEYS = ("q", "q12", "q12_over_q", "distance", "m", "theta", "train_loss", "loss_gap", "grad_norm",
                 "hessian_min_eig", "long_run_q12_over_q", "long_run_drift", "same_minimum")
 """Per-group statistics of `summarize_pairs`: means and standard errors (`<key>`, `<key>_err`) over the pairs
-whose replicas both ended in the group's branch. `train_loss` is the replicas' mean `R / d`, `loss_gap`
-`|R_1 - R_2| / d`, `same_minimum` the fraction of pairs with `distance < 1e-4 q` (the two replicas at one
-minimum to the training tolerance)."""
+whose replicas both ended in the group's branch and whose `q12 / q` is defined. `train_loss` is the replicas'
+mean `R / d`, `loss_gap` `|R_1 - R_2| / d`, `same_minimum` the fraction of pairs with `distance < 1e-4 q` (the
+two replicas at one minimum to the training tolerance)."""
+
+LONG_RUN_KEYS = ("long_run_q12_over_q", "long_run_drift")
+"""Statistics of the continuation run: averaged over the pairs whose continuation `q12 / q` is defined too
+(none when `long_steps = 0`: NaN)."""
 
 
 def summarize_pairs(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One row per `(alpha, omega, lam, branch, d)`: pair counts and `SUMMARY_KEYS` means +- standard errors."""
+    """One row per `(alpha, omega, lam, branch, d)`: pair counts and `SUMMARY_KEYS` means +- standard errors.
+
+    Averages run over the pairs whose replicas both stayed in the branch (`n_same_branch`) less those whose
+    `q12 / q` is undefined (`q <= 0` or a non-finite `q`, `q12`, `q12 / q`: a replica at `Q = 0` or diverged),
+    which are dropped from every average and counted in `n_dropped`; `LONG_RUN_KEYS` also drop the pairs whose
+    continuation `q12 / q` is undefined (`n_dropped_long_run`; every pair when there was no continuation run).
+    A NaN left in any other key of an averaged pair makes that mean NaN (nothing else is dropped).
+    """
     keys = ("alpha", "omega", "lam", "branch", "d")
     cols = {k: np.asarray(pairs[k]) for k in keys}
     groups = sorted({tuple(float(cols[k][i]) for k in keys) for i in range(len(cols["alpha"]))})
     derived = dict(train_loss=0.5 * (np.asarray(pairs["train_loss_1"]) + np.asarray(pairs["train_loss_2"])),
                    loss_gap=np.abs(np.asarray(pairs["train_loss_1"]) - np.asarray(pairs["train_loss_2"])),
                    same_minimum=(np.asarray(pairs["distance"]) < 1e-4 * np.asarray(pairs["q"])).astype(float))
+    q, q12, ratio = (np.asarray(pairs[k], float) for k in ("q", "q12", "q12_over_q"))
+    defined = np.isfinite(q) & np.isfinite(q12) & np.isfinite(ratio) & (q > 0)
+    long_defined = np.isfinite(np.asarray(pairs["long_run_q12_over_q"], float))
     out: dict[str, list] = {k: [] for k in keys}
-    out.update(n_pairs=[], n_same_branch=[], n_converged=[])
+    out.update(n_pairs=[], n_same_branch=[], n_converged=[], n_dropped=[], n_dropped_long_run=[])
     for k in SUMMARY_KEYS:
         out[k], out[k + "_err"] = [], []
     for g in groups:
         sel = np.all([np.isclose(cols[k].astype(float), v) for k, v in zip(keys, g)], axis=0)
-        kept = sel & np.asarray(pairs["same_branch"]).astype(bool)
+        in_branch = sel & np.asarray(pairs["same_branch"]).astype(bool)
+        kept = in_branch & defined
+        kept_long = kept & long_defined
         for k, v in zip(keys, g):
             out[k].append(v)
         out["n_pairs"].append(int(sel.sum()))
-        out["n_same_branch"].append(int(kept.sum()))
-        out["n_converged"].append(int(np.sum(np.asarray(pairs["converged"]).astype(bool) & kept)))
+        out["n_same_branch"].append(int(in_branch.sum()))
+        out["n_converged"].append(int(np.sum(np.asarray(pairs["converged"]).astype(bool) & in_branch)))
+        out["n_dropped"].append(int(np.sum(in_branch & ~defined)))
+        out["n_dropped_long_run"].append(int(np.sum(kept & ~long_defined)))
         for k in SUMMARY_KEYS:
-            v = np.asarray(derived[k] if k in derived else pairs[k], float)[kept]
-            v = v[np.isfinite(v)]
+            v = np.asarray(derived[k] if k in derived else pairs[k], float)[kept_long if k in LONG_RUN_KEYS else kept]
             out[k].append(float(v.mean()) if v.size else np.nan)
             out[k + "_err"].append(float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else np.nan)
     table = {k: np.asarray(v) for k, v in out.items()}

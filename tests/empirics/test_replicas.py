@@ -1,6 +1,8 @@
 """Two-replica experiments: overlaps modulo the model's symmetry, Lanczos against dense eigendecompositions, a
 convex problem where the two replicas must meet, the sweep's table and summary."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,7 @@ from phasejax.empirics.replicas import (
     hessian_min_eig,
     lanczos_min_eig,
     mutual_overlaps,
+    overlap_ratio,
     replica_init,
     replica_sweep,
     summarize_pairs,
@@ -122,11 +125,12 @@ def test_replicas_meet_on_a_convex_problem_and_the_sweep_table():
     s = summarize_pairs(pairs)
     assert s["n_pairs"].tolist() == [3, 3] and s["branch"].tolist() == [0, 1]
     assert all(k in s and k + "_err" in s for k in SUMMARY_KEYS)
-    for code in (0, 1):
-        sel = (pairs["branch"] == code) & pairs["same_branch"]
-        if sel.sum() > 1:
-            assert np.isclose(s["q"][code], pairs["q"][sel].mean())
-            assert np.isclose(s["q_err"][code], pairs["q"][sel].std(ddof=1) / np.sqrt(sel.sum()))
+    # the convex problem's one minimiser is neither branch's solution (classify_solution), so no pair counts
+    # as staying in its branch and every mean is over no pair: NaN (the averaging itself is checked on a
+    # constructed table in test_undefined_overlap_ratios_are_dropped_and_counted)
+    assert not np.any(pairs["same_branch"]), pairs["solution_1"]
+    assert s["n_same_branch"].tolist() == [0, 0] and s["n_dropped"].tolist() == [0, 0]
+    assert np.all(np.isnan(s["q"])) and np.all(np.isnan(s["q12_over_q_err"]))
 
 
 def test_extrapolation_recovers_a_line():
@@ -136,12 +140,55 @@ def test_extrapolation_recovers_a_line():
     assert np.all(np.isnan(extrapolate_in_d([500.0], [0.1], [0.01])))
 
 
-@pytest.mark.parametrize("bad", [dict(alphas=()), dict(alphas=(1.0,), lams=(-0.1,)),
-                                 dict(alphas=(1.0,), branches=("random",)), dict(alphas=(1.0,), seeds=(1.5,)),
-                                 dict(alphas=(1.0,), omega=1.5), dict(alphas=(1.0,), d=0)])
-def test_grid_validation(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad,name", [(dict(alphas=()), "alphas"), (dict(alphas=(1.0,), lams=(-0.1,)), "lams"),
+                                      (dict(alphas=(1.0,), branches=("random",)), "branches"),
+                                      (dict(alphas=(1.0,), seeds=(1.5,)), "seeds"),
+                                      (dict(alphas=(1.0,), omega=1.5), "omega"), (dict(alphas=(1.0,), d=0), "d")])
+def test_grid_validation(bad, name):
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
         ReplicaGrid(**bad)
+
+
+def _synthetic_pairs(q, q12, long_ratio):
+    """A pair table of one group (alpha 1.5, positional, d 100) with the given overlaps; every pair in branch."""
+    q, q12 = np.asarray(q, float), np.asarray(q12, float)
+    n = len(q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.asarray(overlap_ratio(jnp.asarray(q12), jnp.asarray(q)))
+    pairs = {k: np.zeros(n) for k in PAIR_COLUMNS}
+    pairs.update(alpha=np.full(n, 1.5), omega=np.full(n, 0.3), lam=np.full(n, 0.01), branch=np.zeros(n, int),
+                 d=np.full(n, 100), seed=np.arange(n), q=q, q12=q12, q12_over_q=ratio,
+                 train_loss_1=np.arange(n, dtype=float), train_loss_2=np.arange(n, dtype=float),
+                 long_run_q12_over_q=np.asarray(long_ratio, float), converged=np.ones(n, bool),
+                 same_branch=np.ones(n, bool), distance=q - q12)
+    return pairs
+
+
+def test_undefined_overlap_ratios_are_dropped_and_counted(tmp_path, capsys):
+    # q = 0 (both replicas at Q = 0) and a diverged replica (q = inf, q12 = nan): q12 / q is undefined
+    assert np.isnan(float(overlap_ratio(0.0, 0.0))) and np.isnan(float(overlap_ratio(jnp.nan, jnp.inf)))
+    assert float(overlap_ratio(0.3, 0.4)) == pytest.approx(0.75)
+    pairs = _synthetic_pairs([0.4, 0.5, 0.0, np.inf, 0.2, 0.3], [0.36, 0.5, 0.0, np.nan, 0.1, 0.3],
+                             [0.9, np.nan, 1.0, 1.0, 0.5, 1.0])
+    pairs["same_branch"][5] = False                           # left its branch: in no average, not "dropped"
+    s = summarize_pairs(pairs)
+    assert s["n_pairs"].tolist() == [6] and s["n_same_branch"].tolist() == [5]
+    assert s["n_dropped"].tolist() == [2] and s["n_dropped_long_run"].tolist() == [1]
+    kept = np.asarray([0.9, 1.0, 0.5])                       # q12 / q of the three defined pairs
+    assert s["q12_over_q"][0] == pytest.approx(kept.mean())
+    assert s["q12_over_q_err"][0] == pytest.approx(kept.std(ddof=1) / np.sqrt(3))
+    assert s["q"][0] == pytest.approx(np.mean([0.4, 0.5, 0.2])) and s["train_loss"][0] == pytest.approx(
+        np.mean([0, 1, 4]))
+    assert s["long_run_q12_over_q"][0] == pytest.approx(np.mean([0.9, 0.5]))   # pair 2 has no continuation ratio
+    # the command reports the counts: printed and in summary.json
+    from phasejax.commands.replicas import summarise
+
+    summarise(pairs, str(tmp_path), se=None, meta={})
+    printed = capsys.readouterr().out
+    assert "dropped 2 with q12 / q undefined" in printed and "1 more" in printed
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n_pairs_dropped"] == 2 and summary["n_pairs_dropped_long_run"] == 1
+    assert summary["n_pairs_averaged"] == 3 and summary["groups"]["n_dropped"] == [2]
 
 
 @pytest.mark.slow
