@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax.bundle import BundleFile, ResultBundle, read_bundle, read_file
+from phasejax.io import read_json
 from phasejax.phase import PHASE_BRANCHES, alpha_c_with_error, crossing_status, first_downcrossing, root_with_error
 from phasejax.precision import float64_scope
 from phasejax.solvers import status_names
@@ -71,22 +72,18 @@ def concat_tables(tables: list[dict]) -> dict:
 
 def read_table(path: str, columns=()) -> dict[str, np.ndarray]:
     """`read_csv(path)` with the `columns` checked: `ValueError` naming the file and the missing columns."""
-    table = read_csv(path)
-    missing = [c for c in columns if c not in table]
-    if missing:
-        raise ValueError(f"{path} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                         f"(has {', '.join(table)})")
-    return table
+    return read_file(path, BundleFile("table.csv", required=tuple(columns)))
 
 
 @dataclasses.dataclass
-class ExtensionResult:
+class ExtensionResult(ResultBundle):
     """Outputs of an extension: `theory` (one row per fixed point), `runs` (one row per trained student),
     `thresholds`, a JSON `summary`, named extra `tables` (`{"gaps": table}` is written as `gaps.csv`) and
     named extra JSON `documents` (`{"value_runs": {...}}`: `value_runs.json`).
 
     Tables are dicts of numpy columns written in their order (`ordered` puts chosen columns first).
-    `write(out_dir)` returns the paths; `load(out_dir)` reads a bundle back and checks `REQUIRED` columns.
+    `write(out_dir)` returns the paths (`theory.csv`, `runs.csv`, `thresholds.csv`, the extra tables and
+    documents, `summary.json`); `load(out_dir)` reads a bundle back and checks `REQUIRED` columns.
     """
 
     theory: dict
@@ -99,38 +96,39 @@ class ExtensionResult:
     REQUIRED = {"theory": ("alpha", "omega"), "runs": ("alpha", "seed"), "thresholds": ("alpha_c",)}
     """Columns every bundle's files have (`load` checks them)."""
 
-    def write(self, out_dir: str) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
-        paths = [write_csv(os.path.join(out_dir, f"{name}.csv"), getattr(self, name))
-                 for name in ("theory", "runs", "thresholds")]
-        paths += [write_csv(os.path.join(out_dir, f"{name}.csv"), t) for name, t in self.tables.items()]
-        paths += [atomic_write_json(os.path.join(out_dir, f"{name}.json"), doc) for name, doc in self.documents.items()]
-        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), self.summary))
-        return paths
+    @classmethod
+    def files(cls, tables=(), documents=(), required: dict | None = None) -> tuple[BundleFile, ...]:
+        """The bundle's files with the extra `tables` and `documents` (names; their contents go by file name,
+        e.g. `gaps.csv`), the columns of `REQUIRED` and `required` checked on load."""
+        need = lambda name: tuple(cls.REQUIRED.get(name, ())) + tuple((required or {}).get(name, ()))  # noqa: E731
+        return (*(BundleFile(f"{name}.csv", required=need(name)) for name in ("theory", "runs", "thresholds")),
+                *(BundleFile(f"{name}.csv", field=f"{name}.csv", required=need(name)) for name in tables),
+                *(BundleFile(f"{name}.json", field=f"{name}.json") for name in documents),
+                BundleFile("summary.json"))
+
+    def bundle_files(self) -> tuple[BundleFile, ...]:
+        """`files` with this result's extra tables and documents."""
+        return self.files(self.tables, self.documents)
+
+    def to_files(self) -> dict:
+        """The contents, the extra tables and documents by file name."""
+        return dict(theory=self.theory, runs=self.runs, thresholds=self.thresholds, summary=self.summary,
+                    **{f"{name}.csv": t for name, t in self.tables.items()},
+                    **{f"{name}.json": doc for name, doc in self.documents.items()})
 
     @classmethod
     def load(cls, out_dir: str, *, tables=(), documents=(), required: dict | None = None) -> "ExtensionResult":
         """Read `out_dir`'s bundle (and the extra `tables` and `documents` by name); `required` adds columns to
         check per file, e.g. `{"runs": ("init", "d")}`. A missing file or column is an error naming it."""
-        need = {k: tuple(v) + tuple((required or {}).get(k, ())) for k, v in cls.REQUIRED.items()}
-        for name in tables:
-            need[name] = tuple((required or {}).get(name, ()))
-        path = lambda name: os.path.join(out_dir, f"{name}.csv")  # noqa: E731
-        return cls(**{k: read_table(path(k), need[k]) for k in ("theory", "runs", "thresholds")},
-                   summary=read_document(os.path.join(out_dir, "summary.json")),
-                   tables={name: read_table(path(name), need[name]) for name in tables},
-                   documents={name: read_document(os.path.join(out_dir, f"{name}.json")) for name in documents})
+        got = read_bundle(out_dir, cls.files(tables, documents, required))
+        return cls(theory=got["theory"], runs=got["runs"], thresholds=got["thresholds"], summary=got["summary"],
+                   tables={name: got[f"{name}.csv"] for name in tables},
+                   documents={name: got[f"{name}.json"] for name in documents})
 
 
 def read_document(path: str) -> dict:
     """A JSON object from `path`; `ValueError` naming the file when it is not one."""
-    try:
-        doc = read_json(path)
-    except ValueError as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path} must hold a JSON object, got a {type(doc).__name__}")
-    return doc
+    return read_json(path, kind=dict)
 
 
 def json_ready(table: dict) -> dict:
