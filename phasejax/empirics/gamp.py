@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.empirics.data import TiedAttentionData, cast_params, check_data, overlaps_of, standard_normal
 from phasejax.empirics.gamp_analysis import run_verdicts, tail_window
 from phasejax.precision import check_float_dtype, dtype_scope
@@ -439,7 +440,7 @@ def gamp_run(seed, init, damping, params: TiedAttentionParams, *, d: int, n: int
 
 
 @struct.dataclass
-class GAMPSweep:
+class GAMPSweep(ResultBundle):
     """Result of `gamp_sweep`: one row per run (`d`, `onsager`, `branch`, `seed`).
 
     Attributes (numpy, leading axis = runs) in `columns`: d, seed (int); branch, onsager, status (str);
@@ -464,13 +465,12 @@ class GAMPSweep:
 
     HISTORY = ("q_hist", "m_hist", "theta_hist", "residual", "flip_fraction", "flip_share")
 
-    def write(self, out_dir: str) -> list[str]:
-        """`fixed_points.csv` (one row per run), `trajectories.csv` (one row per run and iteration), `gamp_config.json`."""
-        import os
+    FILES = (BundleFile("fixed_points.csv", field="columns", columns=FINAL, required=("d", "branch", "seed")),
+             BundleFile("trajectories.csv", field="trajectories", required=("iteration",)),
+             BundleFile("gamp_config.json", field="config"))
+    """`fixed_points.csv` (one row per run), `trajectories.csv` (one row per run and iteration), `gamp_config.json`."""
 
-        from phasejax.io import atomic_write_json, write_csv
-
-        os.makedirs(out_dir, exist_ok=True)
+    def to_files(self) -> dict:
         runs, T1 = self.histories["q_hist"].shape
         traj = {k: np.repeat(self.columns[k], T1) for k in ("d", "onsager", "branch", "seed")}
         traj["iteration"] = np.tile(np.arange(T1), runs)
@@ -478,27 +478,22 @@ class GAMPSweep:
             traj[k[:-5]] = self.histories[k].ravel()
         for k in ("residual", "flip_fraction", "flip_share"):   # iteration t's update leads to iterate t
             traj[k] = np.concatenate([np.full((runs, 1), np.nan), self.histories[k]], axis=1).ravel()
-        return [write_csv(os.path.join(out_dir, "fixed_points.csv"), self.columns, order=self.FINAL),
-                write_csv(os.path.join(out_dir, "trajectories.csv"), traj),
-                atomic_write_json(os.path.join(out_dir, "gamp_config.json"), self.config)]
+        return dict(columns=self.columns, trajectories=traj, config=self.config)
 
     @classmethod
-    def load(cls, out_dir: str) -> "GAMPSweep":
-        """Read what `write` wrote."""
-        import os
-
-        from phasejax.io import read_csv, read_json
-
-        cols = read_csv(os.path.join(out_dir, "fixed_points.csv"))
-        traj = read_csv(os.path.join(out_dir, "trajectories.csv"))
+    def from_files(cls, contents: dict, out_dir: str) -> "GAMPSweep":
+        cols, traj = contents["columns"], contents["trajectories"]
         runs = len(cols["d"])
         T1 = len(traj["iteration"]) // runs
+        if T1 * runs != len(traj["iteration"]):
+            raise ValueError(f"{out_dir}/trajectories.csv has {len(traj['iteration'])} rows, not a multiple of the "
+                             f"{runs} runs of fixed_points.csv")
         hist = {k: np.asarray(traj[k[:-5]], np.float64).reshape(runs, T1) for k in ("q_hist", "m_hist", "theta_hist")}
         for k in ("residual", "flip_fraction", "flip_share"):
             hist[k] = np.asarray(traj[k], np.float64).reshape(runs, T1)[:, 1:]
         runs_nan = np.full(runs, np.nan)
         columns = {k: np.asarray(cols[k]) if k in cols else runs_nan for k in cls.FINAL}
-        sweep = cls(columns=columns, histories=hist, config=read_json(os.path.join(out_dir, "gamp_config.json")))
+        sweep = cls(columns=columns, histories=hist, config=contents["config"])
         return sweep if "verdict" in cols else sweep.with_verdicts()
 
     def with_verdicts(self, replicon: dict | None = None) -> "GAMPSweep":
