@@ -46,6 +46,8 @@ from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.replicon import (
     DEFAULT_TIE_WIDTH,
     REPLICON_COLUMNS,
+    REPLICON_MAX_STEPS,
+    REPLICON_MU0,
     REPLICON_STEPS,
     replicon_columns,
     rs_stable,
@@ -54,6 +56,10 @@ from phasejax.theory.results import result_columns
 from phasejax.theory.solver import SEConfig, map_points, resolve_scheme, solve_row_jit
 
 PHASE_BRANCHES = ("positional", "semantic")
+
+REPLICON_CONFIG = dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS, max_steps=REPLICON_MAX_STEPS,
+                       mu0=REPLICON_MU0)
+"""The replicon columns' settings (`phasejax.theory.replicon.replicon_columns`), recorded in a run's configuration."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +108,9 @@ class PhaseConfig:
       seeds: per subspace, the per-token `(q, m, V, theta)` census seeds; each is followed along alpha
         (default: the first two of `phasejax.theory.CENSUS_SEEDS` per subspace).
       se: `SEConfig` of every solve.
-      replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon`, once per point
-        after its solve, about one map evaluation of the rule's replicas); `False` leaves them out.
+      replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon.replicon_columns`,
+        once per point after its solve: two cold prox starts on every node of the rule and its replicas, 6
+        Newton steps each and up to 30 where unconverged); `False` leaves them out.
     """
 
     seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})
@@ -525,7 +532,7 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
                se_config=dataclasses.asdict(config.se))
     if config.replicon:
-        cfg["replicon"] = dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS)
+        cfg["replicon"] = REPLICON_CONFIG
     return cfg
 
 
@@ -629,7 +636,7 @@ def add_replicon(pd: PhaseDiagram, params: TiedAttentionParams, *, quadrature=No
     table, thresholds = derive_table(pd.grid, pts, np.asarray(pd.table["eps_lin"], float)[:, 0])
     pts["verdict"] = point_verdicts(pd.grid, pts, np.stack([table["verdict_positional"],
                                                             table["verdict_semantic"]], -1))
-    config = dict(pd.config, replicon=dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS))
+    config = dict(pd.config, replicon=REPLICON_CONFIG)
     return PhaseDiagram(grid=pd.grid, points=pts, table=table, thresholds=thresholds, config=config)
 
 

@@ -7,8 +7,19 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.theory import Overlaps, SobolRule, gauss_hermite, make_params
-from phasejax.theory.quadrature import FixedRule
-from phasejax.theory.replicon import replicon, rs_stable, spectral_radius
+from phasejax.theory.fields import field_maps, gaussian_fields, split_node
+from phasejax.theory.prox import newton_minimize, tie_weights
+from phasejax.theory.quadrature import FixedRule, Quadrature
+from phasejax.theory.replicon import (
+    REPLICON_MAX_STEPS,
+    REPLICON_MU0,
+    REPLICON_STEPS,
+    node_jacobians,
+    replicon,
+    rs_stable,
+    spectral_radius,
+)
+from phasejax.theory.updates import moreau_objective
 
 
 def linear_output(h, params):
@@ -86,6 +97,88 @@ def test_matrix_replicon_closed_form():
             M[:, 2 * i + j] = (1.3 * V0 @ out @ V0).ravel()
     assert np.abs(J[:2, 2:]).max() > 0.01              # the cross-token blocks matter
     assert float(res.value) == pytest.approx(np.max(np.abs(np.linalg.eigvals(M))), rel=1e-8)
+
+
+def _fd_jacobians(ov, params, points, tau, eps=1e-5):
+    """Per node, by central finite differences of re-solved prox minimisers (generic autodiff objective,
+    `newton_minimize` to a gradient of `1e-12`): `d f / d omega` of the lowest minimum and of the blend
+    `sum_k softmax(-M_k / tau) f_k` over the minima reached from `omega` and `-omega` (`L = 2`, `r = 1`)."""
+    maps = field_maps(ov, params)
+    V_inv = jnp.linalg.inv(ov.V0)[None] / (params.sigma**2)[:, None, None]
+    Vb = jnp.diag(V_inv[:, 0, 0])
+
+    def node(z):
+        xi, eta = split_node(z, params)
+        omega, hstar = gaussian_fields(maps, params, xi, eta)
+        T = params.target(hstar, params)
+
+        def solve(h0, om):
+            return newton_minimize(lambda h: moreau_objective(h, (om, T, V_inv, params)), h0, max_steps=200,
+                                   tol=1e-12)
+
+        w = omega.reshape(-1)
+        base = jax.vmap(lambda h0: solve(h0, omega))(jnp.stack([w, -w]))          # the two basins' minima
+        shifts = eps * jnp.concatenate([jnp.eye(2), -jnp.eye(2)])                  # (+e0, +e1, -e0, -e1)
+
+        def moved(dw):     # follow each minimum to omega + dw (a local solve from it)
+            om = omega + dw.reshape(omega.shape)
+            res = jax.vmap(lambda h0: solve(h0, om))(base.h)
+            fk = (res.h - (w + dw)[None]) @ Vb
+            wts = tie_weights(res.value, tau, res.h)
+            return fk, wts @ fk, res.converged
+
+        fk, fs, ok = jax.vmap(moved)(shifts)                                       # (4, 2, 2), (4, 2), (4, 2)
+        Jk = (fk[:2] - fk[2:]).transpose(1, 2, 0) / (2 * eps)                       # (k, row, column)
+        Js = (fs[:2] - fs[2:]).T / (2 * eps)
+        return Jk[jnp.argmin(base.value)], Js, jnp.all(ok) & jnp.all(base.converged)
+
+    return jax.vmap(node)(points)
+
+
+def _replicon_r1(J, weights, ov, params):
+    """The replicon for `r = 1` from per-node Jacobians `(N, L, L)`: `alpha V0^2 sum_ll' s_l^2 s_l'^2 E[J_ll'^2]`."""
+    s2 = np.asarray(params.sigma) ** 2
+    second = np.einsum("n,nlm->lm", np.asarray(weights), np.asarray(J) ** 2)
+    return float(params.alpha) * float(ov.V0[0, 0]) ** 2 * float(s2 @ second @ s2)
+
+
+def test_node_jacobians_and_replicon_against_finite_differences():
+    """The implicit-function Jacobians of `node_jacobians` (the replicon's default, early-stopping path), the
+    blended one with its jump term `(1 / tau) sum_k w_k (f_k - f)(f_k - f)^T`, and the replicon built from
+    them, against central finite differences of the re-solved prox minimisers (a different minimiser and the
+    generic objective). Overlaps near the semantic fixed point at `alpha = 0.8`, `omega = 0.3`, where a
+    few percent of the nodes have two competing minima; a smoothing `tau = 0.05` wide enough for the
+    difference quotients to resolve. Also:
+    the nodes are independent (reversing their order, which changes which starts share the extra Newton
+    rounds, gives the same Jacobians)."""
+    params = make_params(0.8, 0.3)
+    tau = 0.05
+    with float64_scope():
+        ov = Overlaps(q0=jnp.array([[0.227]]), m=jnp.zeros((1, 1)), V0=jnp.array([[105.7]]),
+                      theta0=jnp.array([[0.239]]))
+        rule = SobolRule.create(4, log2_n=6, n_replicas=2).main(ov, params)
+        jac = jax.jit(lambda pts: node_jacobians(ov, params, pts, tau, n_steps=REPLICON_STEPS,
+                                                 max_steps=REPLICON_MAX_STEPS, mu0=REPLICON_MU0))
+        J_reg, J_tau, two, gnorm = jac(rule.points)
+        J_rev = jac(rule.points[::-1])
+        J_fd, Js_fd, ok = jax.jit(lambda pts: _fd_jacobians(ov, params, pts, tau))(rule.points)
+        res = jax.jit(lambda q: replicon(ov, params, FixedRule(q), tie_width=tau, n_steps=REPLICON_STEPS,
+                                         max_steps=REPLICON_MAX_STEPS, mu0=REPLICON_MU0))(rule)
+    J_reg, J_tau, J_fd, Js_fd = (np.asarray(a) for a in (J_reg, J_tau, J_fd, Js_fd))
+    assert np.all(np.asarray(ok)) and np.max(np.asarray(gnorm)) <= 1e-8
+    scale = 1.0 + np.max(np.abs(J_fd), axis=(1, 2))
+    assert np.max(np.max(np.abs(J_reg - J_fd), axis=(1, 2)) / scale) < 1e-5
+    jump_part = np.max(np.abs(J_tau - J_reg), axis=(1, 2))
+    assert np.sum(jump_part > 1e-2 * scale) >= 3                 # nodes whose blend moves: the jump term is tested
+    assert np.max(np.max(np.abs(J_tau - Js_fd), axis=(1, 2)) / (1.0 + np.max(np.abs(Js_fd), axis=(1, 2)))) < 1e-5
+    np.testing.assert_allclose(np.asarray(J_rev[0])[::-1], J_reg, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(J_rev[1])[::-1], J_tau, rtol=0, atol=1e-9)
+    assert float(res.regular) == pytest.approx(_replicon_r1(J_fd.reshape(-1, 2, 2), rule.weights, ov, params),
+                                               rel=1e-5)
+    assert float(res.value) == pytest.approx(_replicon_r1(Js_fd.reshape(-1, 2, 2), rule.weights, ov, params),
+                                             rel=1e-5)
+    assert abs(float(res.value) - float(res.regular)) > 0.01     # the blend moves the value: the jump term is in it
+    assert float(res.two_minima) > 0
 
 
 def test_spectral_radius_and_rs_stable():
