@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from phasejax.progress import tick_batch
+
 Array = jax.Array
 F32 = jnp.float32
 
@@ -81,8 +83,14 @@ def train_online(loss_fn, params0, key: Array, sample, *, steps: int, optimizer:
 
     `loss_fn(params, *batch)`; returns `(params, out)` with `out` the
     per-step losses `(steps,)` (or `(losses, aux)` with `has_aux`, see
-    `online_step`). Pure; vmap over seeds.
+    `online_step`). Pure; vmap over seeds. Each step reports `1 / steps` of a task to an active sweep's
+    progress bar (`phasejax.progress.tick_batch`; nothing is compiled in without one).
     """
     step = online_step(loss_fn, sample, optimizer, has_aux=has_aux)
-    (params, _), out = jax.lax.scan(step, (params0, optimizer.init(params0)), jax.random.split(key, steps))
+
+    def reporting(carry, k):
+        tick_batch(1.0 / steps)
+        return step(carry, k)
+
+    (params, _), out = jax.lax.scan(reporting, (params0, optimizer.init(params0)), jax.random.split(key, steps))
     return params, out
