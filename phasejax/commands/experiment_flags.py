@@ -46,8 +46,15 @@ def environment() -> dict:
 
     return dict(platform=jax.default_backend(), device=str(jax.devices()[0].device_kind),
                 n_devices=len(jax.devices()), jax=jax.__version__, phasejax=__version__,
-                command="phasejax " + " ".join(sys.argv[1:]) if os.path.basename(sys.argv[0]) == "phasejax"
-                else " ".join(sys.argv))
+                command=command_line())
+
+
+def command_line() -> str:
+    """The command line of this process as a user would type it: `phasejax <args>` when run through the
+    `phasejax` entry point or the CLI module, else the program's file name and its arguments (no folder)."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    head = "phasejax" if prog in ("phasejax", "cli.py", "__main__.py") else prog
+    return " ".join([head, *sys.argv[1:]]).strip()
 
 
 def print_paths(paths) -> None:

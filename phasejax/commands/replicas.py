@@ -108,7 +108,15 @@ def write_pairs(pairs: dict, path: str) -> str:
         elif k.startswith("status_") or k == "hessian_status":
             v = status_names(v)
         cols[k] = v
-    return write_csv(path, cols, PAIR_COLUMNS)
+    return write_csv(path, _with_lambda(cols), [CSV_NAMES.get(k, k) for k in PAIR_COLUMNS])
+
+
+CSV_NAMES = {"lam": "lambda"}
+"""Columns named otherwise in the CSV files than in the tables (`lam` is the ridge penalty `lambda`)."""
+
+
+def _with_lambda(table: dict) -> dict:
+    return {CSV_NAMES.get(k, k): v for k, v in table.items()}
 
 
 def read_pairs(path: str) -> dict:
@@ -121,7 +129,7 @@ def read_pairs(path: str) -> dict:
     from phasejax.empirics.replicas import PAIR_COLUMNS, REPLICA_BRANCHES
     from phasejax.io import read_csv
 
-    raw = read_csv(path)
+    raw = {("lam" if k == "lambda" else k): v for k, v in read_csv(path).items()}   # older files: "lam"
     missing = [k for k in PAIR_COLUMNS if k not in raw]
     if missing:
         raise UsageError(f"{path} is not a two_replicas.csv: missing columns {missing}")
@@ -175,7 +183,7 @@ def summarise(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str
     table = summarize_pairs(pairs)
     names = dict(table)
     names["branch"] = np.asarray(REPLICA_BRANCHES)[table["branch"]]
-    paths = [write_csv(os.path.join(out, "summary.csv"), names)]
+    paths = [write_csv(os.path.join(out, "summary.csv"), _with_lambda(names))]
     limits = []
     keys = sorted({(a, w, lam, b) for a, w, lam, b in zip(table["alpha"], table["omega"], table["lam"],
                                                            table["branch"])})
