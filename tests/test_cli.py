@@ -141,3 +141,15 @@ def test_older_spellings_are_hidden_aliases(run_cli):
     assert args.alphas == [1.0, 2.0] and args.omegas == [0.3]
     _, out, _ = run_cli(["counting", "--help"])
     assert "--lr" not in out and "--learning-rate" in out
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/some/folder/phasejax/cli.py", "depth", "--out", "x"], "phasejax depth --out x"),
+    (["/usr/bin/phasejax", "solve"], "phasejax solve"),
+    (["/some/folder/script.py", "--flag"], "script.py --flag"),
+])
+def test_results_record_the_command_as_typed(monkeypatch, argv, expected):
+    from phasejax.commands.experiment_flags import command_line
+
+    monkeypatch.setattr("sys.argv", argv)
+    assert command_line() == expected
