@@ -489,6 +489,19 @@ def _solve_oriented(params, init, scheme, config, warm, frame, max_iter=None, ka
     return postprocess(solver, state), state.warm
 
 
+class RowCarry(NamedTuple):
+    """What a continuation row (`_continuation`) carries from one point to the next."""
+
+    x_last: Array      # (n,) the last converged fixed point
+    x_prev: Array      # (n,) the one before it (the secant's other end)
+    a_last: Array      # () alpha of `x_last`
+    a_prev: Array      # () alpha of `x_prev`
+    n_ok: Array        # () converged solves since the row started (at most 1 right after a cold solve)
+    warm: Array        # (N, L r) node minimisers of the last success
+    frame: object      # the rule's orientation at the last success (None for a rule without one)
+    it_before: Array   # () iterations of a cold solve's first stage, added to the second stage's
+
+
 def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, kappa=None):
     """Continuation along `alphas (A,)` with a cold start at `alphas[0]`: `(results (A,), final warm, final frame)`.
 
@@ -508,18 +521,18 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
     second = jnp.arange(seq.shape[0]) == (1 if two_stage else -1)        # the re-oriented second stage
     first = jnp.arange(seq.shape[0]) == 0
 
-    def body(carry, inp):
-        x_last, x_prev, a_last, a_prev, n_ok, warm, frame, it_before = carry
+    def body(c: RowCarry, inp):
         alpha, is_first, is_second = inp
-        slope = jnp.where(n_ok >= 2, (x_last - x_prev) / jnp.where(a_last != a_prev, a_last - a_prev, 1.0), 0.0)
-        guess = x_last + slope * (alpha - a_last)
+        slope = jnp.where(c.n_ok >= 2,
+                          (c.x_last - c.x_prev) / jnp.where(c.a_last != c.a_prev, c.a_last - c.a_prev, 1.0), 0.0)
+        guess = c.x_last + slope * (alpha - c.a_last)
         p = params.replace(alpha=alpha)
         valid = field_maps(unravel(guess), p).valid
-        guess = jnp.where(valid, guess, x_last)
+        guess = jnp.where(valid, guess, c.x_last)
         # a warm start gets `max_iter_warm` iterations; a cold start (both stages) and a restart before any
         # success get `max_iter`
-        cap = jnp.where((n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
-        state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, warm, frame, cap, kappa)
+        cap = jnp.where((c.n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
+        state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, c.warm, c.frame, cap, kappa)
 
         # a solve that failed (warm, or the second stage of a cold one) is solved once more from its last
         # iterate, with the rule re-oriented there (the orientation carried from the previous point or stage can
@@ -533,24 +546,28 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
             return st2._replace(it=(st2.it + st.it).astype(st.it.dtype)), frame_r
 
         failed = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & ~(is_first & two_stage)
-        state, frame_used = jax.lax.cond(failed, retry, lambda args: args, (state, frame))
-        state = state._replace(it=(state.it + it_before).astype(state.it.dtype))
+        state, frame_used = jax.lax.cond(failed, retry, lambda args: args, (state, c.frame))
+        state = state._replace(it=(state.it + c.it_before).astype(state.it.dtype))
         ok = state.status == Status.CONVERGED
         x_new = state.x_eval
         frame_new = scheme.frame(unravel(x_new), p)      # oriented at this solution, for the next point
-        x_last1 = jnp.where(ok, x_new, x_last)
+        x_last = jnp.where(ok, x_new, c.x_last)
+        a_last = jnp.where(ok, alpha, c.a_last)
         # after the second stage the row starts afresh from the cold solution (no secant across the stages)
-        x_prev1 = jnp.where(is_second, x_last1, jnp.where(ok, x_last, x_prev))
-        a_last1 = jnp.where(ok, alpha, a_last)
-        a_prev1 = jnp.where(is_second, a_last1, jnp.where(ok, a_last, a_prev))
-        n_ok1 = jnp.where(is_second, jnp.minimum(n_ok + ok, 1), n_ok + ok).astype(n_ok.dtype)
-        carry = (x_last1, x_prev1, a_last1, a_prev1, n_ok1, jnp.where(ok, state.warm, warm),
-                 jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, frame),
-                 jnp.where(is_first & two_stage, state.it, 0).astype(it_before.dtype))
+        carry = RowCarry(
+            x_last=x_last,
+            x_prev=jnp.where(is_second, x_last, jnp.where(ok, c.x_last, c.x_prev)),
+            a_last=a_last,
+            a_prev=jnp.where(is_second, a_last, jnp.where(ok, c.a_last, c.a_prev)),
+            n_ok=jnp.where(is_second, jnp.minimum(c.n_ok + ok, 1), c.n_ok + ok).astype(c.n_ok.dtype),
+            warm=jnp.where(ok, state.warm, c.warm),
+            frame=jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, c.frame),
+            it_before=jnp.where(is_first & two_stage, state.it, 0).astype(c.it_before.dtype))
         return carry, (state, frame_used)
 
     a0 = alphas[0]
-    carry0 = (x0, x0, a0, a0, jnp.asarray(0, jnp.int32), warm0, frame0, jnp.asarray(0))
+    carry0 = RowCarry(x_last=x0, x_prev=x0, a_last=a0, a_prev=a0, n_ok=jnp.asarray(0, jnp.int32), warm=warm0,
+                      frame=frame0, it_before=jnp.asarray(0))
     carry, (states, frames) = jax.lax.scan(body, carry0, (seq, first, second))
     if two_stage:   # the first stage's solve is only the start of the second
         states, frames, seq = jax.tree_util.tree_map(lambda a: a[1:], (states, frames, seq))
@@ -562,8 +579,8 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
 
     if seq.shape[0] == 1:     # one point (a cold solve): no vmap, a smaller program to trace and compile
         one = post(*jax.tree_util.tree_map(lambda a: a[0], (states, seq, frames)))
-        return jax.tree_util.tree_map(lambda a: a[None], one), carry[5], carry[6]
-    return jax.vmap(post)(states, seq, frames), carry[5], carry[6]
+        return jax.tree_util.tree_map(lambda a: a[None], one), carry.warm, carry.frame
+    return jax.vmap(post)(states, seq, frames), carry.warm, carry.frame
 
 
 def _solve(params, init, scheme, config, kappa=None):
