@@ -39,9 +39,9 @@ Everything is vectorised over quadrature nodes (main rule and replicas); the
 cost is the prox's Newton steps from two cold starts per node. Most starts
 converge in a few steps and a few need many, so `replicon_columns` gives every
 start 6 steps and only the unconverged ones more, up to 30, in compacted
-rounds (`converge_lanes`): about 0.6 s per fixed point of the default rule on
-a 2-core CPU, against 1.3 s for 16 fixed steps. Call it once per converged
-fixed point.
+rounds (`converge_lanes`): about 0.8 s per fixed point of the default rule on
+a 2-core CPU, against 1.4 s for 16 fixed steps and 2.5 s for 30 (timed side
+by side). Call it once per converged fixed point.
 """
 
 from __future__ import annotations
@@ -319,13 +319,13 @@ REPLICON_STEPS = 6
 
 REPLICON_MAX_STEPS = 30
 """`replicon_columns`: a start still above the gradient tolerance after `REPLICON_STEPS` continues up to this many
-steps (`converge_lanes`); about 11% of the starts need more than 6 steps, 0.1% more than 16."""
+steps (`converge_lanes`); 13-16% of the starts need more than 6 steps, under 0.1% more than 16."""
 
 REPLICON_MU0 = 1e-4
 """Initial Levenberg-Marquardt damping of the prox's Newton steps in `replicon_columns` (the SE solver's prox
 starts at `1e-10`: from a start where the Hessian is indefinite, the steps are then rejected until the damping
 has grown to about this size). Much larger values bias the value (they steer starts into the same basin:
-at `1e-1` a tenth of the nodes with two minima lose their second one)."""
+at `1e-1` 7-10% of the nodes with two minima lose their second one)."""
 
 
 def rs_stable(regular, jump, regular_err=0.0):
