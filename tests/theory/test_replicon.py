@@ -9,7 +9,7 @@ from phasejax import float64_scope
 from phasejax.theory import Overlaps, SobolRule, gauss_hermite, make_params
 from phasejax.theory.fields import field_maps, gaussian_fields, split_node
 from phasejax.theory.prox import newton_minimize, tie_weights
-from phasejax.theory.quadrature import FixedRule, Quadrature
+from phasejax.theory.quadrature import FixedRule
 from phasejax.theory.replicon import (
     REPLICON_MAX_STEPS,
     REPLICON_MU0,
