@@ -1,21 +1,26 @@
 """One status enum and one iteration loop for every iterative routine (SE, GAMP, training, tasks).
 
-Modelled on optimistix: an iterative method is a small frozen object with
-`init(...) -> state`, `step(state) -> state` and `terminate(state) -> (done,
-status)`; `iterate` owns the `lax.while_loop`, the step count and the
-`MAX_ITERATIONS` status, so every solver reports the same way and stays
-jittable and vmappable (a failure is a status, not an exception).
+Modelled on optimistix: a solver is a small frozen object that holds only
+its settings (tolerances, caps, damping); the problem it solves (the data,
+the model's parameters, a start) is a pytree passed as an argument:
+`init(problem, ...) -> state`, `step(problem, state) -> state` and
+`terminate(problem, state) -> (done, status)`. `iterate` owns the
+`lax.while_loop`, the step count and the `MAX_ITERATIONS` status, so every
+solver reports the same way and stays jittable and vmappable (a failure is
+a status, not an exception). A solver whose settings say everything takes
+`problem=None`.
 
 `Status` codes are plain integers inside JAX arrays; `Status(code).name`
 is the name written to CSV files (`status_name`), `Status.message` explains it.
 
 Example:
   >>> import jax.numpy as jnp
-  >>> class Halve:                                   # x <- x / 2 until |x| < 1e-3
-  ...     def init(self, x): return x
-  ...     def step(self, x): return x / 2
-  ...     def terminate(self, x): return jnp.abs(x) < 1e-3, jnp.asarray(Status.CONVERGED)
-  >>> out = iterate(Halve(), Halve().init(jnp.asarray(1.0)), max_steps=100)
+  >>> class Shrink:                  # x <- a x until |x| < tol; the problem is the factor a
+  ...     tol = 1e-3                                  # a setting
+  ...     def init(self, a, x): return x
+  ...     def step(self, a, x): return a * x
+  ...     def terminate(self, a, x): return jnp.abs(x) < self.tol, jnp.asarray(Status.CONVERGED)
+  >>> out = iterate(Shrink(), 0.5, Shrink().init(0.5, jnp.asarray(1.0)), max_steps=100)
   >>> int(out.steps), status_name(out.status)
   (10, 'converged')
 """
@@ -82,11 +87,13 @@ def status_code(name: str) -> int:
 
 
 class IterativeSolver(Protocol):
-    """What `iterate` needs: `step(state) -> state` and `terminate(state) -> (done (), status ())`."""
+    """What `iterate` needs: `step(problem, state) -> state` and `terminate(problem, state) -> (done (), status ())`.
 
-    def step(self, state: Any) -> Any: ...
+    The object holds the solver's settings; `problem` (any pytree, or `None`) holds what is solved."""
 
-    def terminate(self, state: Any) -> tuple[Array, Array]: ...
+    def step(self, problem: Any, state: Any) -> Any: ...
+
+    def terminate(self, problem: Any, state: Any) -> tuple[Array, Array]: ...
 
 
 class IterationResult(NamedTuple):
@@ -97,9 +104,9 @@ class IterationResult(NamedTuple):
     status: Array
 
 
-def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: int = 0,
+def iterate(solver: IterativeSolver, problem: Any, state: Any, *, max_steps: int, min_steps: int = 0,
             report_progress: bool = False) -> IterationResult:
-    """Run `solver.step` from `state` until `solver.terminate` says done or `max_steps` steps.
+    """Run `solver.step(problem, .)` from `state` until `solver.terminate(problem, .)` says done or `max_steps` steps.
 
     `max_steps` may be a traced integer (e.g. a cap chosen per lane). With `report_progress` (and a concrete
     `max_steps`) each step reports `1 / max_steps` of a task to an active sweep's progress bar
@@ -116,7 +123,7 @@ def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: i
         raise ValueError(f"max_steps and min_steps must be >= 0, got {max_steps}, {min_steps}")
 
     def check(state, k):
-        done, status = solver.terminate(state)
+        done, status = solver.terminate(problem, state)
         done = jnp.asarray(done) & (k >= min_steps)
         return done, jnp.asarray(status, jnp.int32)
 
@@ -128,7 +135,7 @@ def iterate(solver: IterativeSolver, state: Any, *, max_steps: int, min_steps: i
         state, k, _, _ = carry
         if report_progress and concrete and max_steps > 0:
             tick_batch(1.0 / max_steps)
-        state = solver.step(state)
+        state = solver.step(problem, state)
         done, status = check(state, k + 1)
         return state, k + 1, done, status
 

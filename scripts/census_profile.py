@@ -28,7 +28,7 @@ def profile(alpha: float, omega: float, scheme, ms) -> dict:
 
     from phasejax import float64_scope
     from phasejax.theory import SEConfig, branch_init, make_params
-    from phasejax.theory.solver import initial_warm, se_map
+    from phasejax.theory.solver import SEProblem, initial_warm, se_map
 
     out = dict(m=[], q=[], V=[], F_m_minus_m=[], qV_residual=[])
     with float64_scope():
@@ -40,8 +40,9 @@ def profile(alpha: float, omega: float, scheme, ms) -> dict:
 
         @jax.jit
         def F(x, warm, frame):
-            ev = se_map(x, unravel, p, scheme, jnp.asarray(False), jnp.asarray(True), warm, jnp.asarray(0), cfg,
-                        frame=frame)
+            problem = SEProblem(p, scheme, init._replace(hold_m=jnp.asarray(False), hold_theta=jnp.asarray(True)),
+                                frame)
+            ev = se_map(problem, x, warm, jnp.asarray(0), cfg)
             return ev.Fx, ev.h
 
         free = jnp.array([0, 2])

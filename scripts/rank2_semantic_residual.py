@@ -28,7 +28,7 @@ import numpy as np
 from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, rank2_init, rank2_params
 from phasejax.precision import float64_scope
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import NewtonSE, free_mask, run_newton
+from phasejax.theory.solver import NewtonSE, SEProblem, free_mask, run_newton
 
 
 def main(alpha: float = 1.3, log2_n: int = 11, max_iter: int = 150) -> None:
@@ -37,16 +37,16 @@ def main(alpha: float = 1.3, log2_n: int = 11, max_iter: int = 150) -> None:
         ib = rank2_init("semantic", p)
         rule = SobolRule.create(6, log2_n, 4)
         cfg = dataclasses.replace(EXTENSION_SE_CONFIG, max_iter=max_iter)
-        st = jax.jit(lambda p, ib, rule: run_newton(p, rule, ib, cfg))(p, ib, rule)
+        solver = NewtonSE(cfg)
+        st = jax.jit(lambda p, ib, rule: run_newton(solver, SEProblem(p, rule, ib)))(p, ib, rule)
         print(f"alpha={alpha} log2_n={log2_n}: status {int(st.status)} after {int(st.it)} iterations, "
               f"residual {float(st.residual):.3g}")
-        solver = NewtonSE(params=p, scheme=rule, init_branch=ib, config=cfg)
         free = free_mask(ib)
         print("x_eval", np.round(np.asarray(st.x_eval), 4).tolist())
         hs = []
         for label, x, mode in (("mode 0 at x_eval", st.x_eval, 0), ("mode 1 at x_eval", st.x_eval, 1),
                                ("trial point", st.x, 0)):
-            _, ev = solver._map_and_jac(x, st.warm, mode)
+            _, ev = solver._map_and_jac(SEProblem(p, rule, ib), x, st.warm, mode)
             scaled = jnp.where(free, jnp.abs(ev.Fx - x) / jnp.maximum(1.0, jnp.abs(x)), 0.0)
             print(f"{label}: |x - x_eval|max {float(jnp.max(jnp.abs(x - st.x_eval))):.2g}, scaled residual "
                   f"{np.round(np.asarray(scaled), 5).tolist()}, unconverged nodes {float(ev.prox_unconverged):.2g}")

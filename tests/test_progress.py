@@ -60,15 +60,15 @@ def test_sweep_bar_moves_inside_chunks_and_ends_exact(tmp_path, monkeypatch):
 
 def test_iterate_reports_a_fraction_per_step():
     class Halve:
-        def step(self, x):
+        def step(self, problem, x):
             return x / 2
 
-        def terminate(self, x):
+        def terminate(self, problem, x):
             return x < 1e-3, 0
 
     bar = FakeBar()
     with progress.active(progress.ChunkProgress(bar, cap=100.0, lanes=3)):
-        run = jax.jit(jax.vmap(lambda x: iterate(Halve(), x, max_steps=40, report_progress=True).steps))
+        run = jax.jit(jax.vmap(lambda x: iterate(Halve(), None, x, max_steps=40, report_progress=True).steps))
         steps = run(jnp.asarray([1.0, 10.0, 100.0]))
     # one report per loop step for the whole vmapped batch: (slowest lane's steps) / max_steps of each lane
     assert bar.n == pytest.approx(int(steps.max()) / 40 * 3, rel=1e-5)

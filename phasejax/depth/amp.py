@@ -77,17 +77,28 @@ class AMPResult:
     status: Array
 
 
-class _AMP:
-    def __init__(self, data, u, skip, rule, damping, tol):
-        self.data, self.u, self.skip, self.rule, self.damping, self.tol = data, u, skip, rule, damping, tol
+class _AMPProblem(NamedTuple):
+    """What AMP runs on: the `data`, each sample's sequence index `u`, the `skip` strength and the inner `rule`."""
 
-    def step(self, s: AMPState) -> AMPState:
-        X, W = self.data.X, self.data.W
+    data: DepthData
+    u: Array
+    skip: Array
+    rule: InnerRule
+
+
+class _AMP:
+    """One AMP iteration (settings: `damping`, `tol`)."""
+
+    def __init__(self, damping, tol):
+        self.damping, self.tol = damping, tol
+
+    def step(self, problem: _AMPProblem, s: AMPState) -> AMPState:
+        X, W = problem.data.X, problem.data.W
         d = X.shape[-1]
         omega = jnp.einsum("ntd,ld->nlt", X, s.what) / jnp.sqrt(d) - s.V[None, :, None] * s.g
         def batch(ridge):
-            return lambda: jax.vmap(lambda u, om: output_function(u, om, s.V, self.skip, self.rule, ridge)[:2])(
-                self.u, omega)
+            return lambda: jax.vmap(lambda u, om: output_function(u, om, s.V, problem.skip, problem.rule, ridge)[:2])(
+                problem.u, omega)
 
         g, dg = jax.lax.cond(needs_ridge(s.V), batch(True), batch(False))
         Lam = jnp.maximum(-jnp.sum(dg, (0, 2)) / d, 0.0)
@@ -101,7 +112,7 @@ class _AMP:
         return AMPState(what=jnp.where(ok, what, s.what), V=jnp.where(ok, V, s.V), g=jnp.where(ok, g, s.g),
                         m=jnp.where(ok, m, s.m), residual=jnp.where(ok, jnp.max(jnp.abs(m - s.m)), jnp.nan))
 
-    def terminate(self, s: AMPState):
+    def terminate(self, problem: _AMPProblem, s: AMPState):
         bad = ~jnp.isfinite(s.residual)
         return bad | (s.residual < self.tol * jnp.maximum(jnp.max(s.m), 0.05)), jnp.where(bad, Status.INVALID_ITERATE, Status.CONVERGED)
 
@@ -134,19 +145,20 @@ def _run_impl(data, skip, key, q_init, m_init, rule, damping, tol, max_iteration
     what = m_init * data.W + jnp.sqrt(q_init - m_init**2) * jax.random.normal(key, (2, d), jnp.float64)
     s0 = AMPState(what=what, V=jnp.full((2,), 1.0 - q_init), g=jnp.zeros((n, 2, T)),
                   m=jnp.abs(jnp.sum(what * data.W, -1)) / d, residual=jnp.asarray(jnp.inf))
-    solver = _AMP(data, u, skip, rule, damping, tol)
+    solver = _AMP(damping, tol)
     hist0 = jnp.full((max_iterations, 2), jnp.nan)
 
     class _Recording:
-        def step(self, st):
+        def step(self, problem, st):
             s, h, k = st
-            s = solver.step(s)
+            s = solver.step(problem, s)
             return s, h.at[k].set(s.m), k + 1
 
-        def terminate(self, st):
-            return solver.terminate(st[0])
+        def terminate(self, problem, st):
+            return solver.terminate(problem, st[0])
 
-    out = iterate(_Recording(), (s0, hist0, jnp.asarray(0)), max_steps=max_iterations, min_steps=10)
+    out = iterate(_Recording(), _AMPProblem(data, u, skip, rule), (s0, hist0, jnp.asarray(0)),
+                  max_steps=max_iterations, min_steps=10)
     s, hist, _ = out.state
     return AMPResult(m=s.m, q=jnp.sum(s.what**2, -1) / d, m_history=hist, residual=s.residual,
                      iterations=out.steps, status=out.status)

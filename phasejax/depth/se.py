@@ -240,20 +240,31 @@ class SEState(NamedTuple):
     residual: Array
 
 
-class _Fixed:
-    def __init__(self, alpha, skip, draws, rule, damping, tol, frozen):
-        self.alpha, self.skip, self.draws, self.rule = alpha, skip, draws, rule
-        self.damping, self.tol, self.frozen = damping, tol, frozen
+class _FixedProblem(NamedTuple):
+    """The map `_Fixed` iterates: `se_map` at `alpha`, `skip` with `draws`, `rule`; `frozen (2,)` layers at 0."""
 
-    def step(self, state):
-        qhat, _ = se_map(state.q, self.alpha, self.skip, self.draws, self.rule)
+    alpha: Array
+    skip: Array
+    draws: Draws
+    rule: InnerRule
+    frozen: Array
+
+
+class _Fixed:
+    """Damped iteration of `_FixedProblem`'s map (settings: `damping`, `tol`)."""
+
+    def __init__(self, damping, tol):
+        self.damping, self.tol = damping, tol
+
+    def step(self, problem: _FixedProblem, state):
+        qhat, _ = se_map(state.q, problem.alpha, problem.skip, problem.draws, problem.rule)
         new = jnp.minimum(qhat / (1.0 + qhat), Q_MAX)
-        new = jnp.where(self.frozen, 0.0, new)
+        new = jnp.where(problem.frozen, 0.0, new)
         new = self.damping * new + (1.0 - self.damping) * state.q
         return SEState(q=jnp.where(jnp.all(jnp.isfinite(new)), new, state.q),
                        residual=jnp.where(jnp.all(jnp.isfinite(new)), jnp.max(jnp.abs(new - state.q)), jnp.nan))
 
-    def terminate(self, state):
+    def terminate(self, problem: _FixedProblem, state):
         bad = ~jnp.isfinite(state.residual)
         done = bad | (state.residual < self.tol)
         return done, jnp.where(bad, Status.INVALID_ITERATE, Status.CONVERGED)
@@ -277,8 +288,8 @@ class DepthSEResult:
 
 
 def _solve(alpha, skip, q0, draws, rule, damping, tol, max_iterations, frozen):
-    solver = _Fixed(alpha, skip, draws, rule, damping, tol, frozen)
-    out = iterate(solver, SEState(q=jnp.asarray(q0, jnp.float64), residual=jnp.asarray(jnp.inf)),
+    solver = _Fixed(damping, tol)
+    out = iterate(solver, _FixedProblem(alpha, skip, draws, rule, frozen), SEState(q=jnp.asarray(q0, jnp.float64), residual=jnp.asarray(jnp.inf)),
                   max_steps=max_iterations, min_steps=1)
     q = out.state.q
     qhat, se = se_map(q, alpha, skip, draws, rule)

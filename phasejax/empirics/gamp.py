@@ -151,17 +151,27 @@ class _State(NamedTuple):
     history: tuple
 
 
-class _GAMPIteration:
-    """One damped GAMP iteration as a `phasejax.solvers.iterate` solver (static options on the object)."""
+class _GAMPProblem(NamedTuple):
+    """What GAMP runs on: the `data`, its precomputed `inp` (`gamp_inputs`), the teacher fields `hstar` and
+    the model's `params`."""
 
-    def __init__(self, data, inp, hstar, params, damping, tol, max_norm, prox_starts, onsager):
-        self.data, self.inp, self.hstar, self.params = data, inp, hstar, params
+    data: object
+    inp: object
+    hstar: Array
+    params: object
+
+
+class _GAMPIteration:
+    """One damped GAMP iteration as a `phasejax.solvers.iterate` solver (the settings on the object, the
+    data in the `_GAMPProblem`)."""
+
+    def __init__(self, damping, tol, max_norm, prox_starts, onsager):
         self.damping, self.tol, self.max_norm = damping, tol, max_norm
         self.prox_starts, self.onsager = prox_starts, onsager
 
-    def update(self, Q, C, f_prev, h_prev):
+    def update(self, problem: _GAMPProblem, Q, C, f_prev, h_prev):
         """Undamped GAMP map: `(Q, C, f_prev, h_prev) -> (Q_new, C_new, f, h_hat)`."""
-        inp, params = self.inp, self.params
+        inp, params = problem.inp, problem.params
         n, L, d = inp.xt.shape
         r = Q.shape[1]
         s2 = params.sigma**2
@@ -190,7 +200,7 @@ class _GAMPIteration:
 
         f, dfdw, h_hat = jax.vmap(per_sample)(w, inp.G, inp.Y, inp.c, h_prev)
         if self.onsager == "stein":
-            mean_dfdw = stein_mean_jacobian(f, w, self.hstar)               # (L, r, r)
+            mean_dfdw = stein_mean_jacobian(f, w, problem.hstar)               # (L, r, r)
         else:
             mean_dfdw = jnp.mean(dfdw, axis=0)
         Ahat = -(n / d) * jnp.einsum("l,lab->ab", s2, mean_dfdw)
@@ -199,10 +209,10 @@ class _GAMPIteration:
         M_inv = jnp.linalg.inv(params.lam * jnp.eye(r, dtype=Q.dtype) + Ahat)
         return B @ M_inv, 0.5 * (M_inv + M_inv.T), f, h_hat
 
-    def step(self, s: _State) -> _State:
+    def step(self, problem: _GAMPProblem, s: _State) -> _State:
         d = s.Q.shape[0]
         sqrt_d = jnp.sqrt(jnp.asarray(d, s.Q.dtype))
-        Q_new, C_new, f, h_hat = self.update(s.Q, s.C, s.f_prev, s.h_prev)
+        Q_new, C_new, f, h_hat = self.update(problem, s.Q, s.C, s.f_prev, s.h_prev)
         Q_next = self.damping * s.Q + (1.0 - self.damping) * Q_new
         C_next = self.damping * s.C + (1.0 - self.damping) * C_new
         residual = jnp.linalg.norm(Q_new - s.Q) / jnp.maximum(jnp.linalg.norm(s.Q), 1e-6 * sqrt_d)
@@ -213,7 +223,7 @@ class _GAMPIteration:
         moving = status == int(Status.RUNNING)    # on convergence or divergence keep the last good point
         keep = lambda new, old: jnp.where(moving, new, old)  # noqa: E731
         Q, C = keep(Q_next, s.Q), keep(C_next, s.C)
-        ov = overlaps_of(Q, self.data)
+        ov = overlaps_of(Q, problem.data)
         flips = basin_flips(s.h_prev, h_hat)
         df2 = jnp.sum((f - s.f_prev) ** 2, axis=(1, 2))
         flip_share = jnp.sum(jnp.where(flips, df2, 0.0)) / jnp.maximum(jnp.sum(df2), jnp.finfo(df2.dtype).tiny)
@@ -222,7 +232,7 @@ class _GAMPIteration:
         return _State(Q=Q, C=C, f_prev=keep(f, s.f_prev), h_prev=keep(h_hat, s.h_prev), it=s.it + 1,
                       status=status.astype(jnp.int32), history=history)
 
-    def terminate(self, s: _State):
+    def terminate(self, problem: _GAMPProblem, s: _State):
         return s.status != int(Status.RUNNING), s.status
 
 
@@ -236,7 +246,8 @@ def _gamp(data, params, Q0, C0, damping, tol, max_norm, *, max_iter, prox_starts
     valid_input = (params_are_valid(params) & (damping >= 0) & (damping < 1) & (tol > 0) & (max_norm > 0)
                    & jnp.all(jnp.isfinite(C0)) & (jnp.linalg.eigvalsh(0.5 * (C0 + C0.T))[0] > 0)
                    & jnp.all(jnp.isfinite(Q0)))
-    solver = _GAMPIteration(data, inp, teacher_fields(data), params, damping, tol, max_norm, prox_starts, onsager)
+    solver = _GAMPIteration(damping, tol, max_norm, prox_starts, onsager)
+    problem = _GAMPProblem(data, inp, teacher_fields(data), params)
     ov0 = overlaps_of(Q0, data)
     history0 = tuple(jnp.broadcast_to(v, (max_iter,) + v.shape) for v in (ov0["q0"], ov0["m"], ov0["theta0"]))
     history0 = history0 + tuple(jnp.full((max_iter,), jnp.nan, dtype) for _ in range(3))
@@ -245,7 +256,7 @@ def _gamp(data, params, Q0, C0, damping, tol, max_norm, *, max_iter, prox_starts
     f0 = jnp.zeros((n, L, r), dtype) if f0 is None else f0
     state0 = _State(Q=Q0, C=C0, f_prev=f0, h_prev=h0, it=jnp.asarray(0),
                     status=status0, history=history0)
-    out = iterate(solver, state0, max_steps=max_iter)
+    out = iterate(solver, problem, state0, max_steps=max_iter)
     s = out.state
     q0s, ms, ths, res, flip_fraction, flip_share = s.history
     after = (jnp.arange(max_iter) >= s.it)

@@ -136,31 +136,33 @@ class _State(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class GradientSolver:
-    """`minimize` as a `phasejax.solvers.iterate` solver: one optimiser step per `step`, stop on the RMS gradient."""
+    """`minimize` as a `phasejax.solvers.iterate` solver: one optimiser step per `step`, stop on the RMS gradient.
 
-    loss_fn: Callable
+    The object holds the optimiser and the stopping rule; the problem, the argument of `init`, `step` and
+    `terminate`, is the loss function `loss_fn(params) -> ()`."""
+
     opt: optax.GradientTransformation
     lbfgs: bool
     size: int
     gtol: float
 
-    def init(self, params0) -> _State:
-        v0, g0 = jax.value_and_grad(self.loss_fn)(params0)
+    def init(self, loss_fn: Callable, params0) -> _State:
+        v0, g0 = jax.value_and_grad(loss_fn)(params0)
         return _State(params0, self.opt.init(params0), v0, g0)
 
-    def step(self, s: _State) -> _State:
+    def step(self, loss_fn: Callable, s: _State) -> _State:
         if self.lbfgs:
             updates, opt_state = self.opt.update(s.grad, s.opt_state, s.params, value=s.loss, grad=s.grad,
-                                                 value_fn=self.loss_fn)
+                                                 value_fn=loss_fn)
             params = optax.apply_updates(s.params, updates)
-            v, g = optax.value_and_grad_from_state(self.loss_fn)(params, state=opt_state)
+            v, g = optax.value_and_grad_from_state(loss_fn)(params, state=opt_state)
         else:
             updates, opt_state = self.opt.update(s.grad, s.opt_state, s.params)
             params = optax.apply_updates(s.params, updates)
-            v, g = jax.value_and_grad(self.loss_fn)(params)
+            v, g = jax.value_and_grad(loss_fn)(params)
         return _State(params, opt_state, v, g)
 
-    def terminate(self, s: _State) -> tuple[Array, Array]:
+    def terminate(self, loss_fn: Callable, s: _State) -> tuple[Array, Array]:
         gn = _rms(s.grad, self.size)
         finite = jnp.isfinite(s.loss) & jnp.isfinite(gn)
         status = jnp.where(finite, Status.CONVERGED, Status.DIVERGED)
@@ -177,9 +179,8 @@ def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = 
     leaves = jax.tree_util.tree_leaves(params0)
     size = sum(x.size for x in leaves)
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
-    solver = GradientSolver(loss_fn, config.optax_optimizer(), config.optimizer == "lbfgs", size,
-                            config.tolerance(dtype))
-    out = iterate(solver, solver.init(params0), max_steps=config.max_steps, report_progress=True)
+    solver = GradientSolver(config.optax_optimizer(), config.optimizer == "lbfgs", size, config.tolerance(dtype))
+    out = iterate(solver, loss_fn, solver.init(loss_fn, params0), max_steps=config.max_steps, report_progress=True)
     s = out.state
     return TrainResult(params=s.params, loss=s.loss, grad_norm=_rms(s.grad, size), steps=out.steps, status=out.status,
                        converged=out.status == Status.CONVERGED)

@@ -15,8 +15,16 @@ iteration's minimisers and take a fixed number of Newton steps from two
 starts: the warm start and, alternating between iterations, its mirror
 `-h` or the field `omega`; convergence is declared only when the residual
 is below `tol` on two consecutive iterations (so both alternatives were
-tried at the fixed point). The solver has the shape of an optimistix
-solver (`init`, `step`, `terminate`, run by `phasejax.solvers.iterate`).
+tried at the fixed point).
+
+The solver has the shape of an optimistix solver: `NewtonSE` holds only
+its settings (`SEConfig`, and optionally a traced `kappa`); the problem, an
+`SEProblem` (the parameters, the quadrature scheme, the start and invariant
+subspace `BranchInit`, the rule's orientation `frame`), is passed to
+`init(problem, warm)`, `step(problem, state)`, `terminate(problem, state)`
+and `postprocess(problem, state)`; `phasejax.solvers.iterate` runs the loop
+(`run_newton`). The map `se_map(problem, x, warm, alt_mode, ...)` takes
+the same problem.
 
 After the loop `postprocess` adds the training loss, the test error, the
 stability of the fixed point inside its subspace (eigenvalues of `J`) and
@@ -33,6 +41,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from phasejax.precision import uses_float64
@@ -220,13 +229,34 @@ class MapEvaluation(NamedTuple):
     prox_unconverged: Array
 
 
-def se_map(x: Array, unravel, params: TiedAttentionParams, scheme, hold_m, hold_theta, warm: Array, alt_mode,
-           config: SEConfig, extra_starts: bool = False, frame=None) -> MapEvaluation:
+@struct.dataclass
+class SEProblem:
+    """The fixed-point problem one Newton solve works on (a pytree; the solver object holds only settings).
+
+    `params`: the model and `alpha`, `omega`; `scheme`: the quadrature scheme; `init`: the start and the
+    invariant subspace (`BranchInit`; its holds and gauge define the free coordinates); `frame`: the
+    scheme's orientation data (`scheme.frame`), fixed during a solve (`None` for a rule without one).
+    """
+
+    params: TiedAttentionParams
+    scheme: object
+    init: BranchInit
+    frame: object = None
+
+    def unravel(self):
+        """`ravel(Overlaps)`'s inverse for this problem's overlaps."""
+        return ravel_pytree(self.init.overlaps)[1]
+
+
+def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, config: SEConfig,
+           extra_starts: bool = False) -> MapEvaluation:
     """One state-evolution map `x -> F(x)` (energetic then entropic update, held coordinates at 0).
 
-    `frame` is the scheme's orientation data (`scheme.frame`), fixed during a solve."""
-    ov = unravel(x)
-    rule = scheme.main(ov, params, frame)
+    `x (n,)`: the raveled overlaps; `warm (N, L r)`: the node minimisers to start each prox from;
+    `alt_mode`: which alternative start the prox tries besides the warm one (alternates between iterations)."""
+    params, hold_m, hold_theta = problem.params, problem.init.hold_m, problem.init.hold_theta
+    ov = problem.unravel()(x)
+    rule = problem.scheme.main(ov, params, problem.frame)
     nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=config.prox_steps,
                         psd_tol=config.psd_tol, prox_tol=config.prox_tol, extra_starts=extra_starts,
                         prox_starts=config.prox_starts, hat_form=config.hat_form,
@@ -285,7 +315,8 @@ def newton_lm_step(x, Fx, J, free, mu, max_step):
 
 @dataclasses.dataclass(frozen=True)
 class NewtonSE:
-    """The solver object: `init`, `step`, `terminate` (run by `phasejax.solvers.iterate`).
+    """The solver: settings only; the problem (`SEProblem`) is an argument of `init`, `step`, `terminate`
+    and `postprocess` (the loop is `phasejax.solvers.iterate`, see `run_newton`).
 
     Each step evaluates `F` and `J` at the trial point. If its residual is
     lower than the accepted one's (or nothing was accepted yet), it is
@@ -293,65 +324,63 @@ class NewtonSE:
     is rejected, `mu` grows, and a shorter step is tried from the accepted
     point (with the accepted point's Jacobian). Invalid trial states are
     never evaluated: the step is halved until the state is valid.
+
+    Attributes:
+      config: `SEConfig` (static).
+      kappa: `None` (use `config.kappa`) or a traced override of it (one compiled solve serves several
+        kappas, as in the census).
     """
 
-    params: TiedAttentionParams
-    scheme: object
-    init_branch: BranchInit
     config: SEConfig
-    frame: object = None
-    kappa: object = None     # a traced override of `config.kappa` (one compiled solve serves several kappas)
+    kappa: object = None
 
-    def _unravel(self):
-        return ravel_pytree(self.init_branch.overlaps)[1]
-
-    def _map_and_jac(self, x, warm, alt_mode):
-        unravel = self._unravel()
-        ib = self.init_branch
+    def _map_and_jac(self, problem: SEProblem, x, warm, alt_mode):
+        gauge = problem.init.gauge
 
         def F(x_):
-            ev = se_map(x_, unravel, self.params, self.scheme, ib.hold_m, ib.hold_theta, warm, alt_mode, self.config,
-                        frame=self.frame)
-            if ib.gauge is not None:   # gauge-fixed coordinates stay where they are
-                ev = ev._replace(Fx=jnp.where(ib.gauge, x_, ev.Fx))
+            ev = se_map(problem, x_, warm, alt_mode, self.config)
+            if gauge is not None:   # gauge-fixed coordinates stay where they are
+                ev = ev._replace(Fx=jnp.where(gauge, x_, ev.Fx))
             return ev.Fx, ev
 
         return jax.jacfwd(F, has_aux=True)(x)
 
-    def init(self, warm: Array | None = None) -> SEState:
-        ov = self.init_branch.overlaps
-        x0, unravel = ravel_pytree(ov)
+    def init(self, problem: SEProblem, warm: Array | None = None) -> SEState:
+        """The state before the first evaluation, at `problem.init`; `warm (N, L r)`: node warm starts
+        (default: every node's field, `initial_warm`)."""
+        ov = problem.init.overlaps
+        x0 = ravel_pytree(ov)[0]
         n = x0.shape[0]
         if warm is None:   # first evaluation: start every node at its field omega (and its mirror)
-            warm = initial_warm(self.params, self.scheme, ov, self.frame)
-        ev_shape = jax.eval_shape(lambda: se_map(x0, unravel, self.params, self.scheme, self.init_branch.hold_m,
-                                                 self.init_branch.hold_theta, warm, 0, self.config, frame=self.frame))
+            warm = initial_warm(problem.params, problem.scheme, ov, problem.frame)
+        ev_shape = jax.eval_shape(lambda: se_map(problem, x0, warm, 0, self.config))
         ev0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ev_shape)
-        status0 = jnp.where(params_are_valid(self.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
+        status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
         inf = jnp.asarray(jnp.inf, x0.dtype)
         return SEState(x=x0, warm=warm, x_eval=x0, ev=ev0, jac=jnp.zeros((n, n), x0.dtype), residual=inf,
                        prev_residual=inf, mu=jnp.asarray(0.0, x0.dtype), it=jnp.asarray(0), status=status0)
 
-    def _valid(self, x):
-        return field_maps(self._unravel()(x), self.params, self.config.psd_tol).valid
+    def _valid(self, problem: SEProblem, x):
+        return field_maps(problem.unravel()(x), problem.params, self.config.psd_tol).valid
 
-    def _propose(self, x, Fx, J, free, mu):
+    def _propose(self, problem: SEProblem, x, Fx, J, free, mu):
         dx = newton_lm_step(x, Fx, J, free, mu, self.config.max_step)
 
         def shrink(carry):
             t, _ = carry
-            return t * 0.5, self._valid(x + 0.5 * t * dx)
+            return t * 0.5, self._valid(problem, x + 0.5 * t * dx)
 
         t, _ = jax.lax.while_loop(lambda c: (~c[1]) & (c[0] > 1e-4), shrink,
-                                  (jnp.asarray(1.0, x.dtype), self._valid(x + dx)))
+                                  (jnp.asarray(1.0, x.dtype), self._valid(problem, x + dx)))
         return x + t * dx
 
-    def step(self, state: SEState) -> SEState:
+    def step(self, problem: SEProblem, state: SEState) -> SEState:
         cfg = self.config
-        free = free_mask(self.init_branch)
+        free = free_mask(problem.init)
         x = state.x
-        J, ev = self._map_and_jac(x, state.warm, state.it % 2)
-        ok = self._valid(x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J)) & jnp.all(jnp.isfinite(ev.h))
+        J, ev = self._map_and_jac(problem, x, state.warm, state.it % 2)
+        ok = (self._valid(problem, x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J))
+              & jnp.all(jnp.isfinite(ev.h)))
         residual = _scaled_residual(x, ev.Fx, free)
         first = ~jnp.isfinite(state.residual)
         accept = ok & (first | (residual < 2.0 * state.residual) | (residual < cfg.tol))
@@ -366,7 +395,7 @@ class NewtonSE:
         base_F = jnp.where(accept, ev.Fx, state.ev.Fx)
         base_J = jnp.where(accept, J, state.jac)
         kappa = cfg.kappa if self.kappa is None else self.kappa
-        x_next = self._propose(base_x, base_F, base_J, free, kappa * res_base + mu)
+        x_next = self._propose(problem, base_x, base_F, base_J, free, kappa * res_base + mu)
         never_ok = first & ~ok
         status = jnp.where(never_ok, Status.INVALID_ITERATE, jnp.where(done, Status.CONVERGED, Status.RUNNING))
         # an invalid or non-finite trial point counts as rejected; the first one ends the solve
@@ -386,17 +415,19 @@ class NewtonSE:
             status=jnp.where(running, status, state.status).astype(jnp.int32),
         )
 
-    def terminate(self, state: SEState):
+    def terminate(self, problem: SEProblem, state: SEState):
         return state.status != Status.RUNNING, state.status
 
+    def postprocess(self, problem: SEProblem, state: SEState) -> SEResult:
+        """`SEResult` from a final state: losses, stability, subspace gain and (optionally) errors."""
+        return _postprocess(self.config, problem, state)
 
-def run_newton(params: TiedAttentionParams, scheme, init: BranchInit, config: SEConfig,
-               warm: Array | None = None, frame=None, max_iter=None, kappa=None) -> SEState:
-    """Iterate `NewtonSE` from `init` (and optional node warm starts `warm (N, L r)`) to a final state, at most
-    `max_iter` iterations (default `config.max_iter`; may be traced), with `kappa` (default `config.kappa`;
-    may be traced)."""
-    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame, kappa=kappa)
-    out = iterate(solver, solver.init(warm), max_steps=config.max_iter if max_iter is None else max_iter)
+
+def run_newton(solver: NewtonSE, problem: SEProblem, warm: Array | None = None, max_iter=None) -> SEState:
+    """Iterate `solver` on `problem` from `problem.init` (and optional node warm starts `warm (N, L r)`) to a
+    final state, at most `max_iter` iterations (default `solver.config.max_iter`; may be traced)."""
+    out = iterate(solver, problem, solver.init(problem, warm),
+                  max_steps=solver.config.max_iter if max_iter is None else max_iter)
     state = out.state
     return state._replace(status=jnp.where(state.status == Status.RUNNING, out.status, state.status))
 
@@ -415,24 +446,23 @@ def _spectral_abscissa(J: Array, mask: Array) -> Array:
     return jnp.where(jnp.any(mask) & finite, jnp.max(ev.real), jnp.nan)
 
 
-def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
-    """`SEResult` from a final solver state: losses, stability, subspace gain and (optionally) errors."""
-    params, scheme, cfg, ib = solver.params, solver.scheme, solver.config, solver.init_branch
-    unravel = solver._unravel()
+def _postprocess(cfg: SEConfig, problem: SEProblem, state: SEState) -> SEResult:
+    params, scheme, ib, frame = problem.params, problem.scheme, problem.init, problem.frame
+    unravel = problem.unravel()
     x = state.x_eval
     ov = unravel(x)
     ev = state.ev
     free = free_mask(ib)
     held = ~free_mask(ib, with_gauge=False)
-    rule = scheme.main(ov, params, solver.frame)
+    rule = scheme.main(ov, params, frame)
     e_t = training_loss(ov, ev.hats, ev.envelope, params)
     eps_g = test_error(ov, params, rule)
     e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
     stability = _spectral_abscissa(state.jac, free)
     # out of the subspace: Jacobian of the unconstrained map (no holds) on the held coordinates
     no = jnp.asarray(False)
-    J_open = jax.jacfwd(lambda x_: se_map(x_, unravel, params, scheme, no, no, state.warm, 0, cfg,
-                                          frame=solver.frame).Fx)(x)
+    open_problem = problem.replace(init=ib._replace(hold_m=no, hold_theta=no))
+    J_open = jax.jacfwd(lambda x_: se_map(open_problem, x_, state.warm, 0, cfg).Fx)(x)
     gain = _spectral_abscissa(J_open, held)
 
     nan = jnp.asarray(jnp.nan, x.dtype)
@@ -447,7 +477,7 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
     err_x = jnp.full_like(x, jnp.nan)
     err_e = err_g = nan
     if cfg.errors and n_rep >= 2:
-        quad_all, W = scheme.replicas(ov, params, solver.frame)
+        quad_all, W = scheme.replicas(ov, params, frame)
         warm_all = state.warm if scheme.shares_main_nodes else jnp.tile(state.warm, (n_rep, 1))
         nodes = node_values(ov, params, quad_all.points, warm_all, 0, n_steps=cfg.prox_steps,
                             psd_tol=cfg.psd_tol, prox_tol=cfg.prox_tol, extra_starts=True,
@@ -482,11 +512,11 @@ def postprocess(solver: NewtonSE, state: SEState) -> SEResult:
                     prox_unconverged=ev.prox_unconverged, sigma=params.sigma, errors=errors)
 
 
-def _solve_oriented(params, init, scheme, config, warm, frame, max_iter=None, kappa=None):
-    """One Newton solve with the rule's orientation `frame` fixed, plus postprocessing: `(SEResult, warm)`."""
-    solver = NewtonSE(params=params, scheme=scheme, init_branch=init, config=config, frame=frame, kappa=kappa)
-    state = run_newton(params, scheme, init, config, warm, frame, max_iter, kappa)
-    return postprocess(solver, state), state.warm
+def _solve_oriented(solver: NewtonSE, problem: SEProblem, warm, max_iter=None):
+    """One Newton solve with the rule's orientation `problem.frame` fixed, plus postprocessing:
+    `(SEResult, warm)`."""
+    state = run_newton(solver, problem, warm, max_iter)
+    return solver.postprocess(problem, state), state.warm
 
 
 class RowCarry(NamedTuple):
@@ -512,6 +542,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
     oriented at it; its `iterations` count both stages). Both stages are steps of the one `lax.scan`, so
     the Newton loop and the postprocessing are traced and compiled once, however long the row.
     """
+    solver = NewtonSE(config, kappa)
     x0, unravel = ravel_pytree(init.overlaps)
     p0 = params.replace(alpha=alphas[0])
     frame0 = scheme.frame(init.overlaps, p0)
@@ -532,7 +563,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         # a warm start gets `max_iter_warm` iterations; a cold start (both stages) and a restart before any
         # success get `max_iter`
         cap = jnp.where((c.n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
-        state = run_newton(p, scheme, init._replace(overlaps=unravel(guess)), config, c.warm, c.frame, cap, kappa)
+        state = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(guess)), c.frame), c.warm, cap)
 
         # a solve that failed (warm, or the second stage of a cold one) is solved once more from its last
         # iterate, with the rule re-oriented there (the orientation carried from the previous point or stage can
@@ -541,8 +572,8 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         def retry(args):
             st, _ = args
             frame_r = scheme.frame(unravel(st.x_eval), p)
-            st2 = run_newton(p, scheme, init._replace(overlaps=unravel(st.x_eval)), config, st.warm, frame_r,
-                             config.max_iter_warm, kappa)
+            st2 = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(st.x_eval)), frame_r),
+                             st.warm, config.max_iter_warm)
             return st2._replace(it=(st2.it + st.it).astype(st.it.dtype)), frame_r
 
         failed = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & ~(is_first & two_stage)
@@ -574,8 +605,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
 
     def post(state, alpha, frame):     # traced once, vmapped over the row
         p = params.replace(alpha=alpha)
-        return postprocess(NewtonSE(params=p, scheme=scheme, init_branch=init, config=config, frame=frame,
-                                    kappa=kappa), state)
+        return solver.postprocess(SEProblem(p, scheme, init, frame), state)
 
     if seq.shape[0] == 1:     # one point (a cold solve): no vmap, a smaller program to trace and compile
         one = post(*jax.tree_util.tree_map(lambda a: a[0], (states, seq, frames)))
@@ -590,7 +620,7 @@ def _solve(params, init, scheme, config, kappa=None):
     """
     if not getattr(scheme, "adaptive", False):
         warm = initial_warm(params, scheme, init.overlaps)
-        res, warm = _solve_oriented(params, init, scheme, config, warm, None, kappa=kappa)
+        res, warm = _solve_oriented(NewtonSE(config, kappa), SEProblem(params, scheme, init), warm)
         return res, warm, None
     results, warm, frame = _continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, kappa)
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame

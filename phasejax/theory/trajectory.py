@@ -18,17 +18,18 @@ from jax.flatten_util import ravel_pytree
 from phasejax.precision import uses_float64
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, validate_params
-from phasejax.theory.solver import SEConfig, initial_warm, resolve_scheme, se_map
+from phasejax.theory.solver import BranchInit, SEConfig, SEProblem, initial_warm, resolve_scheme, se_map
 
 
 @functools.partial(jax.jit, static_argnames=("n_iter", "config"))
 def _trajectory(params, init: Overlaps, scheme, n_iter: int, damping, config: SEConfig) -> Overlaps:
     x0, unravel = ravel_pytree(init)
     no = jnp.asarray(False)
+    problem = SEProblem(params, scheme, BranchInit(overlaps=init, hold_m=no, hold_theta=no))
 
     def body(carry, k):
         x, warm = carry
-        ev = se_map(x, unravel, params, scheme, no, no, warm, k % 2, config, extra_starts=True)
+        ev = se_map(problem, x, warm, k % 2, config, extra_starts=True)
         nxt = damping * x + (1.0 - damping) * ev.Fx
         return (nxt, ev.h), nxt
 

@@ -28,7 +28,7 @@ from phasejax.precision import float64_scope
 from phasejax.theory import make_params, solve_state_evolution
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import FixedRule, Quadrature, gauss_hermite
-from phasejax.theory.solver import BranchInit, SEConfig as _SEConfig, initial_warm, se_map  # noqa: F401
+from phasejax.theory.solver import BranchInit, SEConfig as _SEConfig, SEProblem, initial_warm, se_map  # noqa: F401
 
 # a generic valid rank-2 state (no symmetry: m, theta0 along different directions, q0 not diagonal)
 STATE = dict(q0=[[0.45, 0.08], [0.08, 0.7]], m=[[0.22, -0.05]], V0=[[50.0, 3.0], [3.0, 40.0]], theta0=[[0.1, 0.3]])
@@ -46,8 +46,9 @@ def _map(ov, params, points, hold_m=False, hold_theta=False):
     def F(x, points):
         scheme = FixedRule(Quadrature(points=points, weights=jnp.full((points.shape[0],), 1.0 / points.shape[0])))
         warm = initial_warm(params, scheme, unravel(x))
-        return se_map(x, unravel, params, scheme, jnp.asarray(hold_m), jnp.asarray(hold_theta), warm, 0,
-                      _SEConfig(prox_steps=12), extra_starts=True)
+        problem = SEProblem(params, scheme, BranchInit(overlaps=unravel(x), hold_m=jnp.asarray(hold_m),
+                                                       hold_theta=jnp.asarray(hold_theta)))
+        return se_map(problem, x, warm, 0, _SEConfig(prox_steps=12), extra_starts=True)
 
     ev = F(x, points)
     return unravel(ev.Fx), ev

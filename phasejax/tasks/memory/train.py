@@ -42,33 +42,34 @@ class FitState(NamedTuple):
 class MemoryFit:
     """Full-batch Adam on the population cross-entropy; stops at perfect recall (`Status.CONVERGED`).
 
-    `features(params, problem) -> (n_max, d_max)`; a non-finite loss stops with `Status.DIVERGED`.
+    The object holds the student (`features(params, problem) -> (n_max, d_max)`) and the optimiser; the
+    `MemoryProblem` is the argument of `init`, `step`, `terminate`. A non-finite loss stops with
+    `Status.DIVERGED`.
     """
 
-    def __init__(self, features, problem: MemoryProblem, learning_rate: float):
+    def __init__(self, features, learning_rate: float):
         self.features = features
-        self.problem = problem
         self.optimizer = optax.adam(learning_rate)
 
-    def _evaluate(self, params):
+    def _evaluate(self, problem: MemoryProblem, params):
         def loss_fn(prm):
-            scores = output_scores(self.features(prm, self.problem), self.problem)
-            return population_loss_from_scores(scores, self.problem), recall(scores, self.problem)
+            scores = output_scores(self.features(prm, problem), problem)
+            return population_loss_from_scores(scores, problem), recall(scores, problem)
 
         (loss, rec), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         return loss, rec, grads
 
-    def init(self, params) -> FitState:
-        loss, rec, grads = self._evaluate(params)
+    def init(self, problem: MemoryProblem, params) -> FitState:
+        loss, rec, grads = self._evaluate(problem, params)
         return FitState(params, self.optimizer.init(params), loss, rec, grads)
 
-    def step(self, state: FitState) -> FitState:
+    def step(self, problem: MemoryProblem, state: FitState) -> FitState:
         updates, opt_state = self.optimizer.update(state.grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        loss, rec, grads = self._evaluate(params)
+        loss, rec, grads = self._evaluate(problem, params)
         return FitState(params, opt_state, loss, rec, grads)
 
-    def terminate(self, state: FitState):
+    def terminate(self, problem: MemoryProblem, state: FitState):
         bad = ~jnp.isfinite(state.loss)
         done = bad | (state.recall >= 1.0)
         return done, jnp.where(bad, Status.DIVERGED, Status.CONVERGED)
@@ -86,8 +87,8 @@ class TrainResult(NamedTuple):
 
 def train_memory(features, params0, problem: MemoryProblem, *, steps: int, learning_rate: float) -> TrainResult:
     """Adam on `L` from `params0` until perfect recall (converged) or `steps` steps (max_iterations). Vmappable."""
-    solver = MemoryFit(features, problem, learning_rate)
-    out = iterate(solver, solver.init(params0), max_steps=steps)
+    solver = MemoryFit(features, learning_rate)
+    out = iterate(solver, problem, solver.init(problem, params0), max_steps=steps)
     s = out.state
     return TrainResult(params=s.params, loss=s.loss, recall=s.recall, steps=out.steps, status=out.status)
 
