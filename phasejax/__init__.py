@@ -35,6 +35,7 @@ _ENTRY_POINTS = {
     "make_params": "phasejax.theory.params",
     "TiedAttentionParams": "phasejax.theory.params",
     "SEConfig": "phasejax.theory.solver",
+    "MapApproximation": "phasejax.theory.solver",
     "SEResult": "phasejax.theory.results",
     "solve_state_evolution": "phasejax.theory.solver",
     "solve_along_alpha": "phasejax.theory.solver",

@@ -27,13 +27,12 @@ def profile(alpha: float, omega: float, scheme, ms) -> dict:
     from jax.flatten_util import ravel_pytree
 
     from phasejax import float64_scope
-    from phasejax.theory import SEConfig, branch_init, make_params
+    from phasejax.theory import branch_init, make_params
     from phasejax.theory.solver import SEProblem, initial_warm, se_map
 
     out = dict(m=[], q=[], V=[], F_m_minus_m=[], qV_residual=[])
     with float64_scope():
         p = make_params(alpha, omega)
-        cfg = SEConfig()
         init = branch_init("positional", p)
         x, unravel = ravel_pytree(init.overlaps)          # layout: q0, m, V0, theta0
         s2 = float(np.mean(np.asarray(p.sigma) ** 2))
@@ -42,7 +41,7 @@ def profile(alpha: float, omega: float, scheme, ms) -> dict:
         def F(x, warm, frame):
             problem = SEProblem(p, scheme, init._replace(hold_m=jnp.asarray(False), hold_theta=jnp.asarray(True)),
                                 frame)
-            ev = se_map(problem, x, warm, jnp.asarray(0), cfg)
+            ev = se_map(problem, x, warm, jnp.asarray(0))
             return ev.Fx, ev.h
 
         free = jnp.array([0, 2])

@@ -16,7 +16,6 @@ column's larger overlap is positive, then averaged. One JSON line per solve or g
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import time
@@ -29,7 +28,7 @@ from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, invariant_columns, ra
 from phasejax.io import atomic_write_text
 from phasejax.precision import float64_scope
 from phasejax.sweep import RunOptions
-from phasejax.theory import solve_state_evolution
+from phasejax.theory import MapApproximation, solve_state_evolution
 from phasejax.theory.quadrature import SobolRule
 
 STUDENT_KEYS = ("q", "m", "theta", "q_eig1", "q_eig2", "train_loss", "test_error")
@@ -37,7 +36,7 @@ STUDENT_KEYS = ("q", "m", "theta", "q_eig1", "q_eig2", "train_loss", "test_error
 
 def _solve_line(p, init, name: str, rule, log2_n: int, alpha: float, omega: float, tie_width: float = 0.0) -> dict:
     t = time.time()
-    res = solve_state_evolution(p, init, rule, dataclasses.replace(EXTENSION_SE_CONFIG, tie_width=tie_width))
+    res = solve_state_evolution(p, init, rule, EXTENSION_SE_CONFIG, MapApproximation(tie_width=tie_width))
     out = dict(r=p.r, alpha=alpha, omega=omega, init=name, tie_width=tie_width, status=res.status_name,
                iterations=int(res.iterations), train_loss=float(res.train_loss),
                train_loss_err=float(res.errors.train_loss), test_error=float(res.test_error),
@@ -79,7 +78,7 @@ def main() -> None:
     ap.add_argument("--students", type=int, nargs="*", default=[], help="sizes d of rank-2 students to train")
     ap.add_argument("--seeds", type=int, default=4, help="seeds per size and init")
     ap.add_argument("--tie-width", type=float, default=0.0,
-                    help="SEConfig.tie_width of every solve (0: each node's lowest prox minimum)")
+                    help="MapApproximation.tie_width of every solve (0: each node's lowest prox minimum)")
     ap.add_argument("--out", default=os.path.join("results", "extensions", "general_L", "rank2_point.jsonl"))
     args = ap.parse_args()
     lines = []

@@ -27,7 +27,14 @@ from phasejax.sweep import RunOptions
 from phasejax.tasks.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid, counting_sweep
 from phasejax.tasks.histogram import HistogramTask
 from phasejax.tasks.transformer import TwoSolutionsConfig, attention_mask, two_solutions
-from phasejax.theory import SEConfig, gauss_hermite, linear_baseline_error, make_params, quasi_monte_carlo
+from phasejax.theory import (
+    MapApproximation,
+    SEConfig,
+    gauss_hermite,
+    linear_baseline_error,
+    make_params,
+    quasi_monte_carlo,
+)
 from phasejax.theory import solve_state_evolution_batch
 
 PAPER = make_params(1.0, 0.3)
@@ -52,7 +59,7 @@ CASES = [
     ("gauss_hermite order = 0", lambda: gauss_hermite(2, 0), "order"),
     ("quasi_monte_carlo n_points = 0", lambda: quasi_monte_carlo(2, 0), "n_points"),
     ("SEConfig tol < 0", lambda: SEConfig(tol=-1.0), "tol"),
-    ("SEConfig prox_starts unknown", lambda: SEConfig(prox_starts="banana"), "prox_starts"),
+    ("MapApproximation prox_starts unknown", lambda: MapApproximation(prox_starts="banana"), "prox_starts"),
     ("solve_state_evolution_batch omega = 2", lambda: solve_state_evolution_batch(PAPER, [1.0], [2.0], "semantic"),
      "omega"),
     ("linear_baseline_error omega = 2", lambda: linear_baseline_error(PAPER.replace(omega=jnp.asarray(2.0))),

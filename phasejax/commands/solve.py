@@ -62,8 +62,8 @@ def add_arguments(ap) -> None:
                          "(the published method)")
     ap.add_argument("--hat-form", choices=("stein", "implicit"), default="stein")
     ap.add_argument("--tie-width", type=nonnegative_float, default=0.0,
-                    help="blend a node's prox minima within about this energy of each other (SEConfig.tie_width; "
-                         "0: the lowest only)")
+                    help="blend a node's prox minima within about this energy of each other "
+                         "(MapApproximation.tie_width; 0: the lowest only)")
     ap.add_argument("--tol", type=positive_float, default=1e-7, help="scaled residual at convergence")
     ap.add_argument("--no-progress", action="store_true", help="no progress line (drawn only on a terminal)")
 
@@ -96,7 +96,7 @@ def run(args) -> int:
 
     from phasejax import float64_scope
     from phasejax.solvers import status_name
-    from phasejax.theory import SEConfig, make_params, result_columns
+    from phasejax.theory import MapApproximation, SEConfig, make_params, result_columns
 
     missing = [f for f, v in (("--alphas", args.alphas), ("--omegas", args.omegas)) if v is None]
     if missing:
@@ -105,9 +105,10 @@ def run(args) -> int:
     refuse_duplicates(args.omegas, "--omegas")
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))
     alpha, omega = (g.ravel() for g in np.meshgrid(args.alphas, args.omegas, indexing="ij"))
-    config = SEConfig(prox_starts=args.prox_starts, hat_form=args.hat_form, tol=args.tol, tie_width=args.tie_width)
+    config = SEConfig(tol=args.tol)
+    approximation = MapApproximation(prox_starts=args.prox_starts, hat_form=args.hat_form, tie_width=args.tie_width)
     rule = quadrature_from(args, params)
-    res = solve_points(params, alpha, omega, args.branch, rule, config,
+    res = solve_points(params, alpha, omega, args.branch, rule, config, approximation=approximation,
                        progress=not args.no_progress and sys.stderr.isatty())
     with float64_scope():
         cols = jax.device_get(jax.vmap(lambda r: result_columns(r, params))(res))
@@ -133,27 +134,30 @@ def run(args) -> int:
     return 0
 
 
-def solve_points(params, alpha, omega, branch, rule, config, *, progress: bool):
-    """`solve_state_evolution_batch` over the points. On a CPU, where a batch solves its points one after the
+def solve_points(params, alpha, omega, branch, rule, config, *, progress: bool, approximation=None):
+    """`solve_state_evolution_batch` over the points (`approximation`: a `MapApproximation`, `None` for the
+    default). On a CPU, where a batch solves its points one after the
     other anyway, one call per point (the program is compiled once, for the first point), under a progress bar
     with an ETA when `progress`; the output does not depend on whether stderr is a terminal. On an accelerator
     one batch, the points side by side, after a line on stderr when `progress`."""
     import jax
     import jax.numpy as jnp
 
-    from phasejax.theory import solve_state_evolution_batch
+    from phasejax.theory import MapApproximation, solve_state_evolution_batch
 
+    approx = MapApproximation() if approximation is None else approximation
     n = alpha.shape[0]
     if n == 1 or jax.default_backend() != "cpu":
         if progress:
             print(f"solving {n} point{'s' if n > 1 else ''} in one compiled batch (compilation included) ...",
                   file=sys.stderr, flush=True)
-        return solve_state_evolution_batch(params, alpha, omega, branch, rule, config)
+        return solve_state_evolution_batch(params, alpha, omega, branch, rule, config, approximation=approx)
     from tqdm.auto import tqdm
 
     points = tqdm(range(n), unit="point", desc=f"{n} points (the first compiles)", dynamic_ncols=True,
                   disable=not progress)
-    parts = [solve_state_evolution_batch(params, alpha[i:i + 1], omega[i:i + 1], branch, rule, config)
+    parts = [solve_state_evolution_batch(params, alpha[i:i + 1], omega[i:i + 1], branch, rule, config,
+                                         approximation=approx)
              for i in points]
     return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
 

@@ -36,7 +36,7 @@ from phasejax.phase import PHASE_BRANCHES, alpha_c_with_error, crossing_status, 
 from phasejax.precision import float64_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_chunked, run_options
-from phasejax.theory import SEConfig, result_columns, solve_along_alpha
+from phasejax.theory import MapApproximation, SEConfig, result_columns, solve_along_alpha
 from phasejax.theory.params import validate_params
 
 EXTENSION_SE_CONFIG = SEConfig(max_iter=150, max_iter_warm=100)
@@ -157,8 +157,8 @@ def _problem_config(params) -> dict:
 
 
 def continuation_table(params, alphas, omegas, inits: dict, *, quadrature, down=(), se_config: SEConfig = SEConfig(),
-                       extra=None, kind: str = "extension_theory",
-                       options: RunOptions | None = None) -> dict[str, np.ndarray]:
+                       approximation: MapApproximation = MapApproximation(), extra=None,
+                       kind: str = "extension_theory", options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """Follow the fixed point reached from each init along `alphas` for every `omega` (continuation rows,
     `phasejax.theory.solve_along_alpha`).
 
@@ -168,6 +168,7 @@ def continuation_table(params, alphas, omegas, inits: dict, *, quadrature, down=
       inits: `{name: BranchInit}` (same pytree structure, stacked and selected by code inside the jit).
       quadrature: a scheme or a `Quadrature`.
       down: init names whose rows run from the largest alpha downwards (branches that end at small alpha).
+      se_config: the solver's `SEConfig`; approximation: the map's `MapApproximation`.
       extra: `extra(SEResult, params) -> dict of scalars` added to every row (vmappable).
       options: `RunOptions` (one chunk per row by default: a killed run resumes row by row).
     Returns:
@@ -193,8 +194,8 @@ def continuation_table(params, alphas, omegas, inits: dict, *, quadrature, down=
             res = jax.lax.cond(
                 is_down[code],
                 lambda: jax.tree_util.tree_map(lambda x: x[::-1], solve_along_alpha(p, a[::-1], init, quadrature,
-                                                                                    se_config)),
-                lambda: solve_along_alpha(p, a, init, quadrature, se_config))
+                                                                                    se_config, approximation)),
+                lambda: solve_along_alpha(p, a, init, quadrature, se_config, approximation))
 
             def columns(r, al):
                 pa = p.replace(alpha=al)
@@ -211,6 +212,7 @@ def continuation_table(params, alphas, omegas, inits: dict, *, quadrature, down=
         W, I = np.meshgrid(w, np.arange(len(names)), indexing="ij")
         tasks = dict(omega=W.ravel(), init=I.ravel().astype(np.int32))
         cfg = dict(kind=kind, alphas=a.tolist(), inits=list(names), down=list(down), se=dataclasses.asdict(se_config),
+                   approximation=dataclasses.asdict(approximation),
                    scheme=scheme_config(quadrature), problem=_problem_config(params),
                    init_values={n: {k: np.asarray(v).tolist() for k, v in
                                     zip(("q0", "m", "V0", "theta0"), jax.tree_util.tree_leaves(inits[n].overlaps))}

@@ -29,8 +29,6 @@ Outputs, thresholds and the figure come from `phasejax.extensions.framework`.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,7 +48,7 @@ from phasejax.theory.fields import Overlaps
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import BranchInit, SEConfig
+from phasejax.theory.solver import BranchInit, MapApproximation, SEConfig
 
 Array = jax.Array
 
@@ -58,8 +56,8 @@ NAME = "rank2"
 INITS = ("positional", "semantic", "mixed")
 """The three initialisations of the two columns of `Q` (both positional, both semantic, one of each)."""
 
-RANK2_SE_CONFIG = dataclasses.replace(EXTENSION_SE_CONFIG, tie_width=1e-3)
-"""The rank-2 rows' solver: `EXTENSION_SE_CONFIG` with the smoothed selection of each node's prox minima
+RANK2_APPROXIMATION = MapApproximation(tie_width=1e-3)
+"""The rank-2 rows' map (solved with `EXTENSION_SE_CONFIG`): the smoothed selection of each node's prox minima
 (`tie_width = 1e-3`, theory notes section 8.5). With the hard selection the semantic row and the mixed
 point at `alpha = 2.3` stopped at the iteration cap: on the `2^11`-point rule a node or two switch minimum
 between iterations, and the map has no exact fixed point."""
@@ -222,7 +220,8 @@ def theory_extra(res, params) -> dict:
 
 
 def rank2_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, quadrature=None,
-                 se_config: SEConfig = RANK2_SE_CONFIG, options: RunOptions | None = None) -> dict[str, np.ndarray]:
+                 se_config: SEConfig = EXTENSION_SE_CONFIG, approximation: MapApproximation = RANK2_APPROXIMATION,
+                 options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """SE table from the three inits (`INITS`) on `omegas x alphas`: `init`, `branch` (what the fixed point
     is: `classify_fixed_point`), `global_min`, rotation invariants and all `result_columns`."""
     params = rank2_params() if params is None else params
@@ -230,7 +229,8 @@ def rank2_theory(alphas, omegas, *, params: TiedAttentionParams | None = None, q
         inits = {n: rank2_init(n, params) for n in INITS}
     quadrature = SobolRule.create(params.L * (params.r + params.t), 10, 4) if quadrature is None else quadrature
     table = continuation_table(params, alphas, omegas, inits, quadrature=quadrature, down=("semantic",),
-                               se_config=se_config, extra=theory_extra, kind="rank2_theory", options=options)
+                               se_config=se_config, approximation=approximation, extra=theory_extra,
+                               kind="rank2_theory", options=options)
     table["branch"] = classify_fixed_point(table["m"], table["theta"])
     return mark_global_minimum(table)
 
@@ -271,5 +271,6 @@ THEORY_FIRST = ("alpha", "omega", "init", "branch")
 
 def figures(result: ExtensionResult) -> dict:
     """`rank2.png`: both losses of the three inits' fixed points and students."""
+    tau = RANK2_APPROXIMATION.tie_width
     return {"rank2.png": branch_figure(result, inits=INITS, title="Rank-2 tied student, rank-1 teacher: three "
-                                       f"initialisations of the columns (SE: tie_width {RANK2_SE_CONFIG.tie_width:g})")}
+                                       f"initialisations of the columns (SE: tie_width {tau:g})")}

@@ -48,7 +48,7 @@ from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import PAPER_A, PAPER_A_ASYMMETRIC, TiedAttentionParams, make_params
 from phasejax.theory.quadrature import SobolRule, gauss_hermite
-from phasejax.theory.solver import SEConfig, branch_init
+from phasejax.theory.solver import MapApproximation, SEConfig, branch_init
 from phasejax.theory.updates import hats_from_nodes, node_values
 
 NAME = "second_A"
@@ -79,15 +79,15 @@ def se_map_at(params: TiedAttentionParams, overlaps: Overlaps, rule, rounds: int
     maps = field_maps(overlaps, params)
     warm = (params.sigma[None, :, None] * jnp.einsum("nla,ba->nlb", xi, maps.sqrt_q0)
             + maps.m_tokens[None]).reshape(-1, L * r)
-    cfg = SEConfig()
+    cfg, approx = SEConfig(), MapApproximation()
     nodes = None
     for _ in range(rounds):
         for alt in (0, 1):
-            nodes = node_values(overlaps, params, rule.points, warm, jnp.asarray(alt), n_steps=cfg.prox_steps,
-                                psd_tol=cfg.psd_tol, prox_tol=cfg.prox_tol, extra_starts=True,
-                                prox_starts=cfg.prox_starts, hat_form=cfg.hat_form)
+            nodes = node_values(overlaps, params, rule.points, warm, jnp.asarray(alt), n_steps=approx.prox_steps,
+                                psd_tol=cfg.psd_tol, prox_tol=approx.prox_tol, extra_starts=True,
+                                prox_starts=approx.prox_starts, hat_form=approx.hat_form)
             warm = nodes.h
-    hats = hats_from_nodes(overlaps, params, nodes, rule.weights, hat_form=cfg.hat_form)
+    hats = hats_from_nodes(overlaps, params, nodes, rule.weights, hat_form=approx.hat_form)
     return overlap_updates(hats, params), hats
 
 

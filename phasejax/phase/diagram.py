@@ -53,7 +53,7 @@ from phasejax.theory.replicon import (
     rs_stable,
 )
 from phasejax.theory.results import result_columns
-from phasejax.theory.solver import SEConfig, map_points, resolve_scheme, solve_row_jit
+from phasejax.theory.solver import MapApproximation, SEConfig, map_points, resolve_scheme, solve_row_jit
 
 PHASE_BRANCHES = ("positional", "semantic")
 
@@ -107,7 +107,8 @@ class PhaseConfig:
     Attributes:
       seeds: per subspace, the per-token `(q, m, V, theta)` census seeds; each is followed along alpha
         (default: the first two of `phasejax.theory.CENSUS_SEEDS` per subspace).
-      se: `SEConfig` of every solve.
+      se: `SEConfig` of every solve (the solver's settings).
+      approximation: `MapApproximation` of every solve (how the map is computed at the nodes).
       replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon.replicon_columns`,
         once per point after its solve: two cold prox starts on every node of the rule and its replicas, 6
         Newton steps each and up to 30 where unconverged); `False` leaves them out.
@@ -115,6 +116,7 @@ class PhaseConfig:
 
     seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})
     se: SEConfig = SEConfig()
+    approximation: MapApproximation = MapApproximation()
     replicon: bool = True
 
     def __post_init__(self):
@@ -145,7 +147,7 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
         order = jnp.where(down, alphas[::-1], alphas)
 
         def track(init):
-            res = solve_row_jit(p, order, init, scheme, config.se)
+            res = solve_row_jit(p, order, init, scheme, config.se, config.approximation)
             res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
             cols = jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
             if config.replicon:   # the replicon of every fixed point, once per point after the solve
@@ -530,7 +532,7 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
                C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
                student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
-               se_config=dataclasses.asdict(config.se))
+               se_config=dataclasses.asdict(config.se), map_approximation=dataclasses.asdict(config.approximation))
     if config.replicon:
         cfg["replicon"] = REPLICON_CONFIG
     return cfg
@@ -565,7 +567,7 @@ def phase_diagram(
       grid: `PhaseGrid` (validated before any compute).
       params: model parameters; `alpha` and `omega` are replaced per point.
       quadrature: scheme (default `default_scheme(params)`: converged, with replicas for error bars).
-      config: `PhaseConfig` (census seeds per subspace, `SEConfig`).
+      config: `PhaseConfig` (census seeds per subspace, `SEConfig`, `MapApproximation`).
       options: `phasejax.sweep.RunOptions` (run directory: resume; chunk size in rows; devices; hosts).
     Returns:
       `PhaseDiagram`, or `None` while chunks are missing (`max_chunks`, or other hosts).

@@ -60,6 +60,7 @@ from phasejax.theory.solver import (
     BRANCH_DEFAULTS,
     BRANCHES,
     BranchInit,
+    MapApproximation,
     SEConfig,
     branch_init,
     map_points,
@@ -80,7 +81,8 @@ from phasejax.theory.updates import (
 
 __all__ = [
     "BRANCHES", "BRANCH_DEFAULTS", "BranchInit", "CENSUS_SEEDS", "EnvelopeDerivatives", "FieldMaps",
-    "FixedPointCensus", "FixedRule", "Hats", "Overlaps", "PAPER_A", "PAPER_A_ASYMMETRIC", "ProxResult",
+    "FixedPointCensus", "FixedRule", "Hats", "MapApproximation", "Overlaps", "PAPER_A", "PAPER_A_ASYMMETRIC",
+    "ProxResult",
     "Quadrature", "SEConfig", "SEErrors", "SEResult", "STATUS_NAMES", "SobolRule", "SplitProductRule", "Status",
     "TiedAttentionParams", "branch_init", "census_seeds", "dedupe", "default_quadrature", "default_scheme",
     "dot_product_attention", "dot_product_student", "envelope_derivatives", "field_maps", "fixed_point_census",

@@ -26,6 +26,7 @@ from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.results import SEResult
 from phasejax.theory.solver import (
     BranchInit,
+    MapApproximation,
     SEConfig,
     branch_init,
     map_points,
@@ -107,24 +108,26 @@ def dedupe(results: SEResult, rtol: float = 1e-4) -> tuple[Array, Array]:
     return distinct, branch
 
 
-def _census(params, inits: BranchInit, scheme, config: SEConfig, newton_too: bool, batch_size="auto"):
+def _census(params, inits: BranchInit, scheme, config: SEConfig, approximation: MapApproximation, newton_too: bool,
+            batch_size="auto"):
     # pseudo-transient (config.kappa) solves, then plain Newton (kappa = 0) ones: one compiled solve, kappa traced
     n = jax.tree_util.tree_leaves(inits.overlaps)[0].shape[0]
     kappas = [jnp.full((n,), config.kappa)] + ([jnp.zeros((n,))] if newton_too else [])
     inits = jax.tree_util.tree_map(lambda x: jnp.concatenate([x] * len(kappas)), inits)
-    results = map_points(lambda ik: solve_jit(params, ik[0], scheme, config, kappa=ik[1])[0],
+    results = map_points(lambda ik: solve_jit(params, ik[0], scheme, config, approximation, kappa=ik[1])[0],
                          (inits, jnp.concatenate(kappas)), batch_size)
     distinct, branch = dedupe(results)
     return FixedPointCensus(results=results, distinct=distinct, branch_index=branch, n_distinct=jnp.sum(distinct))
 
 
-census_jit = jax.jit(_census, static_argnames=("config", "newton_too", "batch_size"))
+census_jit = jax.jit(_census, static_argnames=("config", "approximation", "newton_too", "batch_size"))
 
 
 @uses_float64
 def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", seeds=None, quadrature=None,
                        config: SEConfig = SEConfig(), newton_too: bool = True,
-                       batch_size: int | str = "auto") -> FixedPointCensus:
+                       batch_size: int | str = "auto",
+                       approximation: MapApproximation = MapApproximation()) -> FixedPointCensus:
     """Solve the subspace of `branch` from every seed (`census_seeds`), with pseudo-transient continuation and
     (with `newton_too`) plain Newton; merge duplicates; the branch is the lowest-`e_t` fixed point.
 
@@ -140,4 +143,4 @@ def fixed_point_census(params: TiedAttentionParams, branch: str = "positional", 
     validate_params(params)
     inits = census_seeds(branch, params, seeds)
     scheme = resolve_scheme(quadrature, params)
-    return census_jit(params, inits, scheme, config, newton_too, batch_size)
+    return census_jit(params, inits, scheme, config, approximation, newton_too, batch_size)

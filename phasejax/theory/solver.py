@@ -20,7 +20,9 @@ tried at the fixed point).
 The solver has the shape of an optimistix solver: `NewtonSE` holds only
 its settings (`SEConfig`, and optionally a traced `kappa`); the problem, an
 `SEProblem` (the parameters, the quadrature scheme, the start and invariant
-subspace `BranchInit`, the rule's orientation `frame`), is passed to
+subspace `BranchInit`, the rule's orientation `frame`, and the
+`MapApproximation`: how the map is computed at the nodes, which changes
+its fixed point, unlike the solver's settings), is passed to
 `init(problem, warm)`, `step(problem, state)`, `terminate(problem, state)`
 and `postprocess(problem, state)`; `phasejax.solvers.iterate` runs the loop
 (`run_newton`). The map `se_map(problem, x, warm, alt_mode, ...)` takes
@@ -66,7 +68,8 @@ BRANCHES = ("positional", "semantic", "agnostic")
 
 @dataclasses.dataclass(frozen=True)
 class SEConfig:
-    """Static options of the state-evolution solver (hashable; part of the compilation key).
+    """Settings of the state-evolution solver: stopping, caps, step control (hashable; part of the compilation
+    key). They decide how the fixed point is found, not which map it is a fixed point of (`MapApproximation`).
 
     Attributes:
       tol: stop when `max_i |F(x)_i - x_i| / max(1, |x_i|) < tol` on two consecutive iterations.
@@ -74,14 +77,46 @@ class SEConfig:
         adaptive rule has two stages (solve with the rule oriented at the init, re-orient, solve again).
       max_iter_warm: the cap for a warm-started solve of a continuation row (a warm start needs a few
         iterations; one that needs many is usually a branch ending, and a vmapped row waits for it).
-      prox_steps: damped Newton steps per start of each node's proximal problem per iteration.
-      prox_tol: gradient tolerance for a node's prox to count as converged.
       max_step: cap on a Newton step's relative size per coordinate (`|dx_i| <= max_step max(|x_i|, 0.05)`).
       kappa: pseudo-transient continuation: the step solves `((1 + kappa res) I - J) dx = F(x) - x` with
         `res` the scaled residual: short steps along the flow `dx/dt = F(x) - x` far from a fixed point
         (which lead to fixed points that plain damped iteration can reach), Newton steps near it. `0`: pure Newton.
       psd_tol: tolerance of the validity checks (`q0`, `V0`, `I - theta0 q0^{-1} theta0^T`).
       errors: estimate quadrature errors from the scheme's replicas (when it has any).
+    """
+
+    tol: float = 1e-7
+    max_iter: int = 40
+    max_iter_warm: int = 30
+    max_step: float = 0.5
+    kappa: float = 5.0
+    psd_tol: float = 1e-10
+    errors: bool = True
+
+    def __post_init__(self):
+        if not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+        for name in ("max_iter", "max_iter_warm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not self.max_step > 0:
+            raise ValueError(f"max_step must be > 0, got {self.max_step}")
+        if not self.psd_tol >= 0:
+            raise ValueError(f"psd_tol must be >= 0, got {self.psd_tol}")
+        if not self.kappa >= 0:
+            raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MapApproximation:
+    """How the state-evolution map `F` is computed at each quadrature node: these change the map, and so the
+    fixed point (hashable; part of the compilation key). Part of the problem (`SEProblem`).
+
+    Attributes:
+      prox_steps: damped Newton steps per start of each node's proximal problem per iteration.
+      prox_tol: gradient tolerance for a node's prox to count as converged (the solver converges only when
+        every node's has).
       prox_starts: `"multi"` (warm start plus its mirror or the field, alternating; the global minimum) or
         `"zero"` (one local search from `h = 0`, the published method, for comparisons).
       hat_form: `"stein"` (default; integration by parts, keeps the delta terms where the prox's minimiser
@@ -93,36 +128,22 @@ class SEConfig:
         setting's fixed point moves by less than its quadrature errors (theory notes, section 8.5). Stein form only.
     """
 
-    tol: float = 1e-7
-    max_iter: int = 40
-    max_iter_warm: int = 30
     prox_steps: int = 8
     prox_tol: float = 1e-8
-    max_step: float = 0.5
-    kappa: float = 5.0
-    psd_tol: float = 1e-10
-    errors: bool = True
     prox_starts: str = "multi"
     hat_form: str = "stein"
     tie_width: float = 0.0
 
     def __post_init__(self):
-        if not self.tol > 0:
-            raise ValueError(f"tol must be > 0, got {self.tol}")
-        for name in ("max_iter", "max_iter_warm", "prox_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not self.max_step > 0:
-            raise ValueError(f"max_step must be > 0, got {self.max_step}")
-        if not self.prox_tol > 0 or not self.psd_tol >= 0:
-            raise ValueError(f"prox_tol must be > 0 and psd_tol >= 0, got {self.prox_tol}, {self.psd_tol}")
+        v = self.prox_steps
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"prox_steps must be a positive integer, got {v!r}")
+        if not self.prox_tol > 0:
+            raise ValueError(f"prox_tol must be > 0, got {self.prox_tol}")
         if self.prox_starts not in ("multi", "zero"):
             raise ValueError(f"prox_starts must be 'multi' or 'zero', got {self.prox_starts!r}")
         if self.hat_form not in ("stein", "implicit"):
             raise ValueError(f"hat_form must be 'stein' or 'implicit', got {self.hat_form!r}")
-        if not self.kappa >= 0:
-            raise ValueError(f"kappa must be >= 0, got {self.kappa}")
         check_tie_width(self.tie_width, self.hat_form)
 
 
@@ -235,37 +256,41 @@ class SEProblem:
 
     `params`: the model and `alpha`, `omega`; `scheme`: the quadrature scheme; `init`: the start and the
     invariant subspace (`BranchInit`; its holds and gauge define the free coordinates); `frame`: the
-    scheme's orientation data (`scheme.frame`), fixed during a solve (`None` for a rule without one).
+    scheme's orientation data (`scheme.frame`), fixed during a solve (`None` for a rule without one);
+    `approximation`: how the map is computed at the nodes (`MapApproximation`, static).
     """
 
     params: TiedAttentionParams
     scheme: object
     init: BranchInit
     frame: object = None
+    approximation: MapApproximation = struct.field(pytree_node=False, default=MapApproximation())
 
     def unravel(self):
         """`ravel(Overlaps)`'s inverse for this problem's overlaps."""
         return ravel_pytree(self.init.overlaps)[1]
 
 
-def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, config: SEConfig,
+def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: float = SEConfig.psd_tol,
            extra_starts: bool = False) -> MapEvaluation:
     """One state-evolution map `x -> F(x)` (energetic then entropic update, held coordinates at 0).
 
     `x (n,)`: the raveled overlaps; `warm (N, L r)`: the node minimisers to start each prox from;
-    `alt_mode`: which alternative start the prox tries besides the warm one (alternates between iterations)."""
+    `alt_mode`: which alternative start the prox tries besides the warm one (alternates between iterations);
+    `psd_tol`: the validity checks' tolerance (`SEConfig.psd_tol`)."""
     params, hold_m, hold_theta = problem.params, problem.init.hold_m, problem.init.hold_theta
+    approx = problem.approximation
     ov = problem.unravel()(x)
     rule = problem.scheme.main(ov, params, problem.frame)
-    nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=config.prox_steps,
-                        psd_tol=config.psd_tol, prox_tol=config.prox_tol, extra_starts=extra_starts,
-                        prox_starts=config.prox_starts, hat_form=config.hat_form,
-                        tie_width=config.tie_width)
-    hats = hold_hats(hats_from_nodes(ov, params, nodes, rule.weights, hat_form=config.hat_form), hold_m, hold_theta)
+    nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=approx.prox_steps,
+                        psd_tol=psd_tol, prox_tol=approx.prox_tol, extra_starts=extra_starts,
+                        prox_starts=approx.prox_starts, hat_form=approx.hat_form,
+                        tie_width=approx.tie_width)
+    hats = hold_hats(hats_from_nodes(ov, params, nodes, rule.weights, hat_form=approx.hat_form), hold_m, hold_theta)
     new = overlap_updates(hats, params)
     new = new.replace(m=jnp.where(hold_m, 0.0, new.m), theta0=jnp.where(hold_theta, 0.0, new.theta0))
     E = lambda v: jnp.tensordot(rule.weights, v, axes=1)  # noqa: E731
-    unconverged = E((nodes.grad_norm > config.prox_tol).astype(x.dtype))
+    unconverged = E((nodes.grad_norm > approx.prox_tol).astype(x.dtype))
     return MapEvaluation(Fx=ravel_pytree(new)[0], hats=hats, envelope=E(nodes.envelope), loss=E(nodes.loss),
                          h=nodes.h, prox_grad_norm=jnp.max(nodes.grad_norm), prox_unconverged=unconverged)
 
@@ -338,7 +363,7 @@ class NewtonSE:
         gauge = problem.init.gauge
 
         def F(x_):
-            ev = se_map(problem, x_, warm, alt_mode, self.config)
+            ev = se_map(problem, x_, warm, alt_mode, self.config.psd_tol)
             if gauge is not None:   # gauge-fixed coordinates stay where they are
                 ev = ev._replace(Fx=jnp.where(gauge, x_, ev.Fx))
             return ev.Fx, ev
@@ -353,7 +378,7 @@ class NewtonSE:
         n = x0.shape[0]
         if warm is None:   # first evaluation: start every node at its field omega (and its mirror)
             warm = initial_warm(problem.params, problem.scheme, ov, problem.frame)
-        ev_shape = jax.eval_shape(lambda: se_map(problem, x0, warm, 0, self.config))
+        ev_shape = jax.eval_shape(lambda: se_map(problem, x0, warm, 0, self.config.psd_tol))
         ev0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ev_shape)
         status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
         inf = jnp.asarray(jnp.inf, x0.dtype)
@@ -462,7 +487,7 @@ def _postprocess(cfg: SEConfig, problem: SEProblem, state: SEState) -> SEResult:
     # out of the subspace: Jacobian of the unconstrained map (no holds) on the held coordinates
     no = jnp.asarray(False)
     open_problem = problem.replace(init=ib._replace(hold_m=no, hold_theta=no))
-    J_open = jax.jacfwd(lambda x_: se_map(open_problem, x_, state.warm, 0, cfg).Fx)(x)
+    J_open = jax.jacfwd(lambda x_: se_map(open_problem, x_, state.warm, 0, cfg.psd_tol).Fx)(x)
     gain = _spectral_abscissa(J_open, held)
 
     nan = jnp.asarray(jnp.nan, x.dtype)
@@ -479,13 +504,15 @@ def _postprocess(cfg: SEConfig, problem: SEProblem, state: SEState) -> SEResult:
     if cfg.errors and n_rep >= 2:
         quad_all, W = scheme.replicas(ov, params, frame)
         warm_all = state.warm if scheme.shares_main_nodes else jnp.tile(state.warm, (n_rep, 1))
-        nodes = node_values(ov, params, quad_all.points, warm_all, 0, n_steps=cfg.prox_steps,
-                            psd_tol=cfg.psd_tol, prox_tol=cfg.prox_tol, extra_starts=True,
-                            prox_starts=cfg.prox_starts, hat_form=cfg.hat_form,
-                            tie_width=cfg.tie_width)
+        approx = problem.approximation
+        nodes = node_values(ov, params, quad_all.points, warm_all, 0, n_steps=approx.prox_steps,
+                            psd_tol=cfg.psd_tol, prox_tol=approx.prox_tol, extra_starts=True,
+                            prox_starts=approx.prox_starts, hat_form=approx.hat_form,
+                            tie_width=approx.tie_width)
 
         def replica(w):
-            hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=cfg.hat_form), ib.hold_m, ib.hold_theta)
+            hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=approx.hat_form), ib.hold_m,
+                             ib.hold_theta)
             new = overlap_updates(hats, params)
             new = new.replace(m=jnp.where(ib.hold_m, 0.0, new.m), theta0=jnp.where(ib.hold_theta, 0.0, new.theta0))
             Fk = ravel_pytree(new)[0]
@@ -532,7 +559,8 @@ class RowCarry(NamedTuple):
     it_before: Array   # () iterations of a cold solve's first stage, added to the second stage's
 
 
-def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, kappa=None):
+def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, approximation: MapApproximation,
+                  kappa=None):
     """Continuation along `alphas (A,)` with a cold start at `alphas[0]`: `(results (A,), final warm, final frame)`.
 
     Each solve starts from the previous fixed point (secant-extrapolated), its node minimisers and its
@@ -563,7 +591,8 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         # a warm start gets `max_iter_warm` iterations; a cold start (both stages) and a restart before any
         # success get `max_iter`
         cap = jnp.where((c.n_ok > 0) & ~is_first & ~is_second, config.max_iter_warm, config.max_iter)
-        state = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(guess)), c.frame), c.warm, cap)
+        state = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(guess)), c.frame,
+                                             approximation), c.warm, cap)
 
         # a solve that failed (warm, or the second stage of a cold one) is solved once more from its last
         # iterate, with the rule re-oriented there (the orientation carried from the previous point or stage can
@@ -572,8 +601,8 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
         def retry(args):
             st, _ = args
             frame_r = scheme.frame(unravel(st.x_eval), p)
-            st2 = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(st.x_eval)), frame_r),
-                             st.warm, config.max_iter_warm)
+            st2 = run_newton(solver, SEProblem(p, scheme, init._replace(overlaps=unravel(st.x_eval)), frame_r,
+                                               approximation), st.warm, config.max_iter_warm)
             return st2._replace(it=(st2.it + st.it).astype(st.it.dtype)), frame_r
 
         failed = (state.status != Status.CONVERGED) & (state.status != Status.INVALID_INPUT) & ~(is_first & two_stage)
@@ -605,7 +634,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
 
     def post(state, alpha, frame):     # traced once, vmapped over the row
         p = params.replace(alpha=alpha)
-        return solver.postprocess(SEProblem(p, scheme, init, frame), state)
+        return solver.postprocess(SEProblem(p, scheme, init, frame, approximation), state)
 
     if seq.shape[0] == 1:     # one point (a cold solve): no vmap, a smaller program to trace and compile
         one = post(*jax.tree_util.tree_map(lambda a: a[0], (states, seq, frames)))
@@ -613,20 +642,21 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ka
     return jax.vmap(post)(states, seq, frames), carry.warm, carry.frame
 
 
-def _solve(params, init, scheme, config, kappa=None):
+def _solve(params, init, scheme, config, approximation, kappa=None):
     """Jittable core of a cold solve: Newton solve plus postprocessing. Returns `(SEResult, final node
     minimisers, frame)`. A rule without an orientation takes one solve; an adaptive one takes two stages in
     one compiled loop (`_continuation` on the one point).
     """
     if not getattr(scheme, "adaptive", False):
         warm = initial_warm(params, scheme, init.overlaps)
-        res, warm = _solve_oriented(NewtonSE(config, kappa), SEProblem(params, scheme, init), warm)
+        res, warm = _solve_oriented(NewtonSE(config, kappa), SEProblem(params, scheme, init, None, approximation), warm)
         return res, warm, None
-    results, warm, frame = _continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, kappa)
+    results, warm, frame = _continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, approximation,
+                                         kappa)
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
 
 
-solve_jit = jax.jit(_solve, static_argnames=("config",))
+solve_jit = jax.jit(_solve, static_argnames=("config", "approximation"))
 
 
 def initial_warm(params: TiedAttentionParams, scheme, ov: Overlaps, frame=None) -> Array:
@@ -639,12 +669,12 @@ def initial_warm(params: TiedAttentionParams, scheme, ov: Overlaps, frame=None) 
             + maps.m_tokens[None]).reshape(-1, L * r)
 
 
-def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig):
+def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig, approximation: MapApproximation):
     """Continuation along `alphas (A,)` (`_continuation`); results carry a leading `(A,)` axis."""
-    return _continuation(params, alphas, init, scheme, config)[0]
+    return _continuation(params, alphas, init, scheme, config, approximation)[0]
 
 
-solve_row_jit = jax.jit(_solve_row, static_argnames=("config",))
+solve_row_jit = jax.jit(_solve_row, static_argnames=("config", "approximation"))
 
 
 # ----------------------------------------------------------------------------
@@ -682,7 +712,8 @@ def resolve_scheme(quadrature, params: TiedAttentionParams):
 
 @uses_float64
 def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = "semantic", quadrature=None,
-                          config: SEConfig = SEConfig()) -> SEResult:
+                          config: SEConfig = SEConfig(),
+                          approximation: MapApproximation = MapApproximation()) -> SEResult:
     """Solve the state evolution at one point (theory notes, sections 4-5, 8).
 
     Args:
@@ -691,7 +722,8 @@ def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = 
       init: a branch name (`"positional"`, `"semantic"`, `"agnostic"`) or a `BranchInit` (custom overlaps).
       quadrature: `None` for the converged default (`default_scheme`), a scheme (`SplitProductRule`,
         `SobolRule`) or a fixed `Quadrature` (then errors are not estimated).
-      config: `SEConfig` (static).
+      config: `SEConfig` (static): the solver's settings.
+      approximation: `MapApproximation` (static): how the map is computed at the nodes.
     Returns:
       `SEResult` (float64) with `errors` (95% half-widths of the quadrature error). Invalid concrete
       inputs raise `ValueError`; invalid traced inputs give `status = INVALID_INPUT`; an iterate leaving the
@@ -706,7 +738,7 @@ def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = 
     validate_params(params)
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return solve_jit(params, init, scheme, config)[0]
+    return solve_jit(params, init, scheme, config, approximation)[0]
 
 
 def _check_grid(alpha, omega):
@@ -743,7 +775,8 @@ def map_points(f, xs, batch_size: int | str = "auto"):
 @uses_float64
 def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init: BranchInit | str = "semantic",
                                 quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False,
-                                batch_size: int | str = "auto") -> SEResult:
+                                batch_size: int | str = "auto",
+                                approximation: MapApproximation = MapApproximation()) -> SEResult:
     """Solve at `N` points `(alpha[i], omega[i])` in one call (results carry a leading `(N,)` axis).
 
     `init` is shared by all points, or with `batched_init=True` a `BranchInit` with a leading `(N,)` axis
@@ -767,7 +800,7 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
 
     def solve(point):
         a, w, i = point
-        return solve_jit(params.replace(alpha=a, omega=w), i, scheme, config)[0]
+        return solve_jit(params.replace(alpha=a, omega=w), i, scheme, config, approximation)[0]
 
     return map_points(solve, (alpha, omega, inits), batch_size)
 
@@ -785,7 +818,8 @@ def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
 
 @uses_float64
 def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | str = "semantic", quadrature=None,
-                      config: SEConfig = SEConfig()) -> SEResult:
+                      config: SEConfig = SEConfig(),
+                      approximation: MapApproximation = MapApproximation()) -> SEResult:
     """Follow a fixed point along `alphas (A,)` (strictly monotone) by continuation; results carry an `(A,)` axis.
 
     Each solve starts from the previous fixed point, extrapolated linearly from the last two, with the
@@ -797,12 +831,13 @@ def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | st
     a = _check_alphas(alphas, params)
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return solve_row_jit(params, jnp.asarray(a), init, scheme, config)
+    return solve_row_jit(params, jnp.asarray(a), init, scheme, config, approximation)
 
 
 @uses_float64
 def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init: BranchInit | str = "semantic",
-                               quadrature=None, config: SEConfig = SEConfig()) -> SEResult:
+                               quadrature=None, config: SEConfig = SEConfig(),
+                               approximation: MapApproximation = MapApproximation()) -> SEResult:
     """Solve on the grid `omegas (W,) x alphas (A,)` in one jitted call; results carry a `(W, A)` leading axis.
 
     Every `omega` is a continuation row along `alphas` (`solve_along_alpha`), and the rows are vmapped: the
@@ -816,5 +851,6 @@ def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init
     validate_params(params.replace(omega=jnp.asarray(w)))
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return jax.vmap(lambda om: solve_row_jit(params.replace(omega=om), jnp.asarray(a), init, scheme, config))(
+    return jax.vmap(lambda om: solve_row_jit(params.replace(omega=om), jnp.asarray(a), init, scheme, config,
+                                                   approximation))(
         jnp.asarray(w))

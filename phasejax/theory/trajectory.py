@@ -18,18 +18,18 @@ from jax.flatten_util import ravel_pytree
 from phasejax.precision import uses_float64
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, validate_params
-from phasejax.theory.solver import BranchInit, SEConfig, SEProblem, initial_warm, resolve_scheme, se_map
+from phasejax.theory.solver import BranchInit, MapApproximation, SEProblem, initial_warm, resolve_scheme, se_map
 
 
-@functools.partial(jax.jit, static_argnames=("n_iter", "config"))
-def _trajectory(params, init: Overlaps, scheme, n_iter: int, damping, config: SEConfig) -> Overlaps:
+@functools.partial(jax.jit, static_argnames=("n_iter", "approximation"))
+def _trajectory(params, init: Overlaps, scheme, n_iter: int, damping, approximation: MapApproximation) -> Overlaps:
     x0, unravel = ravel_pytree(init)
     no = jnp.asarray(False)
-    problem = SEProblem(params, scheme, BranchInit(overlaps=init, hold_m=no, hold_theta=no))
+    problem = SEProblem(params, scheme, BranchInit(overlaps=init, hold_m=no, hold_theta=no), None, approximation)
 
     def body(carry, k):
         x, warm = carry
-        ev = se_map(problem, x, warm, k % 2, config, extra_starts=True)
+        ev = se_map(problem, x, warm, k % 2, extra_starts=True)
         nxt = damping * x + (1.0 - damping) * ev.Fx
         return (nxt, ev.h), nxt
 
@@ -40,7 +40,7 @@ def _trajectory(params, init: Overlaps, scheme, n_iter: int, damping, config: SE
 
 @uses_float64
 def state_evolution_trajectory(params: TiedAttentionParams, init: Overlaps, quadrature=None, n_iter: int = 30,
-                               damping: float = 0.5, config: SEConfig = SEConfig()) -> Overlaps:
+                               damping: float = 0.5, approximation: MapApproximation = MapApproximation()) -> Overlaps:
     """Damped SE iteration from `init` for `n_iter` steps; `Overlaps` with a leading axis `n_iter + 1` (init first)."""
     validate_params(params)
     if int(n_iter) != n_iter or n_iter < 1:
@@ -48,4 +48,4 @@ def state_evolution_trajectory(params: TiedAttentionParams, init: Overlaps, quad
     if not 0.0 <= damping < 1.0:
         raise ValueError(f"damping must lie in [0, 1), got {damping}")
     scheme = resolve_scheme(quadrature, params)
-    return _trajectory(params, init, scheme, int(n_iter), jnp.asarray(damping, jnp.float64), config)
+    return _trajectory(params, init, scheme, int(n_iter), jnp.asarray(damping, jnp.float64), approximation)

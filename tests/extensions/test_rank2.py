@@ -28,7 +28,7 @@ from phasejax.precision import float64_scope
 from phasejax.theory import make_params, solve_state_evolution
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import FixedRule, Quadrature, gauss_hermite
-from phasejax.theory.solver import BranchInit, SEConfig as _SEConfig, SEProblem, initial_warm, se_map  # noqa: F401
+from phasejax.theory.solver import BranchInit, MapApproximation, SEProblem, initial_warm, se_map
 
 # a generic valid rank-2 state (no symmetry: m, theta0 along different directions, q0 not diagonal)
 STATE = dict(q0=[[0.45, 0.08], [0.08, 0.7]], m=[[0.22, -0.05]], V0=[[50.0, 3.0], [3.0, 40.0]], theta0=[[0.1, 0.3]])
@@ -47,8 +47,9 @@ def _map(ov, params, points, hold_m=False, hold_theta=False):
         scheme = FixedRule(Quadrature(points=points, weights=jnp.full((points.shape[0],), 1.0 / points.shape[0])))
         warm = initial_warm(params, scheme, unravel(x))
         problem = SEProblem(params, scheme, BranchInit(overlaps=unravel(x), hold_m=jnp.asarray(hold_m),
-                                                       hold_theta=jnp.asarray(hold_theta)))
-        return se_map(problem, x, warm, 0, _SEConfig(prox_steps=12), extra_starts=True)
+                                                       hold_theta=jnp.asarray(hold_theta)),
+                            approximation=MapApproximation(prox_steps=12))
+        return se_map(problem, x, warm, 0, extra_starts=True)
 
     ev = F(x, points)
     return unravel(ev.Fx), ev
@@ -197,13 +198,13 @@ def test_experiments_approach_theory_with_d():
 def test_smoothed_selection_converges_where_the_hard_one_stops():
     """Rank-2 semantic solve at alpha = 2.3 (the first, cold point of the preset's semantic row) on the preset's
     2^11-point rule: with the hard selection of each node's prox minimum it stops at the iteration cap (the
-    finite rule's map jumps); with `RANK2_SE_CONFIG` (`tie_width = 1e-3`) it converges, to a training loss
+    finite rule's map jumps); with `RANK2_APPROXIMATION` (`tie_width = 1e-3`) it converges, to a training loss
     inside the stopped solve's uncertainty and equal at tie_width 1e-3 and 3e-4 within the quadrature errors
     (theory notes, section 8.5)."""
     import dataclasses
 
     from phasejax.extensions.framework import EXTENSION_SE_CONFIG, resolved_rows
-    from phasejax.extensions.rank2 import RANK2_SE_CONFIG
+    from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.quadrature import SobolRule
 
     rule = SobolRule.create(6, 11, 4)
@@ -211,8 +212,9 @@ def test_smoothed_selection_converges_where_the_hard_one_stops():
     with float64_scope():
         init = rank2_init("semantic", params)
         hard = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG)
-        soft = solve_state_evolution(params, init, rule, RANK2_SE_CONFIG)
-        finer = solve_state_evolution(params, init, rule, dataclasses.replace(RANK2_SE_CONFIG, tie_width=3e-4))
+        soft = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG, RANK2_APPROXIMATION)
+        finer = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG,
+                                      dataclasses.replace(RANK2_APPROXIMATION, tie_width=3e-4))
     assert hard.status_name == "max_iterations"
     assert soft.status_name == "converged" and finer.status_name == "converged"
     table = {k: np.asarray([v]) for k, v in dict(

@@ -9,7 +9,7 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.theory import envelope_derivatives, make_params, moreau_prox, newton_minimize
-from phasejax.theory import SEConfig
+from phasejax.theory import MapApproximation
 from phasejax.theory.fields import Overlaps, sample_loss
 from phasejax.theory.prox import moreau_minimiser, moreau_minimisers, tie_weights
 from phasejax.theory.updates import (
@@ -255,6 +255,6 @@ def test_node_values_with_a_tie_width_blend_minima_and_differentiate_exactly():
 def test_tie_width_is_validated():
     for bad in (-1e-3, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="tie_width"):
-            SEConfig(tie_width=bad)
+            MapApproximation(tie_width=bad)
     with pytest.raises(ValueError, match="tie_width"):
-        SEConfig(tie_width=1e-3, hat_form="implicit")
+        MapApproximation(tie_width=1e-3, hat_form="implicit")

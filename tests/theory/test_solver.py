@@ -8,6 +8,7 @@ import pytest
 from phasejax import float64_scope
 from phasejax.solvers import Status
 from phasejax.theory import (
+    MapApproximation,
     SEConfig,
     SplitProductRule,
     SobolRule,
@@ -287,7 +288,7 @@ def test_smoothed_selection_moves_the_fixed_point_less_than_its_errors():
     p = make_params(1.5, 0.3)
     hard = solve_state_evolution(p, "positional")
     for width in (1e-3, 3e-4):
-        soft = solve_state_evolution(p, "positional", config=SEConfig(tie_width=width))
+        soft = solve_state_evolution(p, "positional", approximation=MapApproximation(tie_width=width))
         assert soft.status_name == "converged"
         for key, field, scale in (("q", "q0", 0.25), ("m", "m", 1.0), ("V", "V0", 0.25)):   # q, V = sigma^2 q0, V0
             err = scale * (_value(hard.errors.overlaps, field) + _value(soft.errors.overlaps, field))
@@ -304,7 +305,7 @@ def test_the_collapsed_semantic_branch_converges_onto_the_agnostic_fixed_point()
     theta = 0, the agnostic fixed point, whose training loss and V they reproduce (theory notes, 8.5-8.6)."""
     p = make_params(0.5, 0.3)
     hard = solve_state_evolution(p, "semantic")
-    soft = solve_state_evolution(p, "semantic", config=SEConfig(tie_width=1e-4))
+    soft = solve_state_evolution(p, "semantic", approximation=MapApproximation(tie_width=1e-4))
     agnostic = solve_state_evolution(p, "agnostic")
     assert hard.status_name == "converged" and abs(_value(hard, "theta")) < 1e-8
     assert float(hard.train_loss) == pytest.approx(float(agnostic.train_loss), rel=1e-6)
