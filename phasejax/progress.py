@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ChunkProgress", "active", "tick", "tick_batch", "tracking"]
+__all__ = ["ChunkProgress", "active", "share", "tick", "tick_batch", "tracking"]
 
 
 @dataclasses.dataclass
@@ -59,6 +59,19 @@ class ChunkProgress:
 
 
 _ACTIVE: list[ChunkProgress] = []
+_SHARE: list[float] = [1.0]
+
+
+@contextlib.contextmanager
+def share(fraction: float):
+    """While the block is traced, the amounts of `tick` and `tick_batch` count as `fraction` of a task each (for
+    a part of a task that does not know how the task is divided: e.g. one of several continuation rows of a
+    phase-diagram task reports `1 / n_points` per point inside `share(1 / n_rows)`). Nests multiplicatively."""
+    _SHARE.append(_SHARE[-1] * float(fraction))
+    try:
+        yield
+    finally:
+        _SHARE.pop()
 
 
 @contextlib.contextmanager
@@ -90,10 +103,10 @@ def tick(amount, like) -> None:
     """Report that this lane has done `amount` (a fraction of one task; an array of the lane, or a number)."""
     if _ACTIVE:
         # `like` only makes the call per lane under vmap (a batched argument); its value is not used
-        jax.debug.callback(_lane, jnp.asarray(amount, jnp.float32), jnp.asarray(like).reshape(-1)[:1])
+        jax.debug.callback(_lane, jnp.asarray(amount, jnp.float32) * _SHARE[-1], jnp.asarray(like).reshape(-1)[:1])
 
 
 def tick_batch(amount) -> None:
     """Report that every lane of the call has advanced by `amount` (a fraction of one task; a Python number)."""
     if _ACTIVE:
-        jax.debug.callback(_batch, np.float32(amount))
+        jax.debug.callback(_batch, np.float32(amount * _SHARE[-1]))

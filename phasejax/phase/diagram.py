@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.io import atomic_write_json, read_csv, read_json, write_csv
+from phasejax import progress
+from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.phase.thresholds import alpha_c_with_error, alpha_l_with_error, first_upcrossing
 from phasejax.precision import float64_scope
 from phasejax.solvers import STATUS_NAMES, status_code, status_names
@@ -146,13 +147,21 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
         down = code == PHASE_BRANCHES.index("semantic")
         order = jnp.where(down, alphas[::-1], alphas)
 
+        n_tracks = jax.tree_util.tree_leaves(inits)[0].shape[1]
+        solve_share = (2 / 3 if config.replicon else 1.0) / n_tracks    # of the task, for the progress bar
+
+        def replicon_point(x):
+            progress.tick(1.0 / len(grid.alphas), x[1])
+            return replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2])
+
         def track(init):
-            res = solve_row_jit(p, order, init, scheme, config.se, config.approximation)
+            with progress.share(solve_share):
+                res = solve_row_jit(p, order, init, scheme, config.se, config.approximation)
             res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
             cols = jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
             if config.replicon:   # the replicon of every fixed point, once per point after the solve
-                cols.update(map_points(lambda x: replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2]),
-                                       (res.overlaps, alphas, res.converged)))
+                with progress.share(1 / n_tracks - solve_share):
+                    cols.update(map_points(replicon_point, (res.overlaps, alphas, res.converged)))
             return cols
 
         return map_points(track, track_inits)
@@ -397,7 +406,7 @@ THRESHOLD_COLUMNS = ("omega", "alpha_c", "alpha_l", "alpha_c_err", "alpha_l_err"
 
 
 @dataclasses.dataclass
-class PhaseDiagram:
+class PhaseDiagram(ResultBundle):
     """A computed phase diagram (numpy arrays); `write(out_dir)` and `PhaseDiagram.load(out_dir)`.
 
     Attributes:
@@ -426,22 +435,29 @@ class PhaseDiagram:
     thresholds: dict
     config: dict
 
-    def write(self, out_dir: str) -> list[str]:
-        """Write `points.csv`, `diagram.csv`, `thresholds.csv`, `summary.json` (and `grid.json`); returns the paths."""
-        os.makedirs(out_dir, exist_ok=True)
+    FILES = (
+        BundleFile("points.csv", required=dict(omega="number", alpha="number", branch="str", status="str",
+                                               converged="bool", distinct="bool", is_branch="bool",
+                                               train_loss="number", test_error="number"), min_rows=1),
+        BundleFile("diagram.csv", field="table", required=dict(omega="number", alpha="number", delta_e="number")),
+        BundleFile("thresholds.csv", columns=THRESHOLD_COLUMNS,
+                   required=dict(omega="number", alpha_c="number", alpha_l="number")),
+        BundleFile("summary.json", required=("config",)),
+        BundleFile("grid.json", required=("alphas", "omegas")),
+    )
+    """`points.csv`, `diagram.csv`, `thresholds.csv`, `summary.json` (the config and a digest), `grid.json`."""
+
+    def to_files(self) -> dict:
         pts = dict(self.points)
         pts["branch"] = np.asarray(PHASE_BRANCHES)[np.asarray(pts["branch"], int)]
         pts["status"] = status_names(pts["status"])
         first = ["omega", "alpha", "branch", "track", "distinct", "is_branch", "verdict"]
-        paths = [write_csv(os.path.join(out_dir, "points.csv"), pts, first + [k for k in pts if k not in first])]
         W, A = np.meshgrid(self.grid.omegas, self.grid.alphas, indexing="ij")
         diag = dict(omega=W.ravel(), alpha=A.ravel())
         for k, v in self.table.items():
             v = np.asarray(v).ravel()
             diag[k] = np.where(v >= 0, np.asarray(PHASE_BRANCHES + ("none",))[np.clip(v, -1, 1)], "none") \
                 if k == "global_branch" else v
-        paths.append(write_csv(os.path.join(out_dir, "diagram.csv"), diag))
-        paths.append(write_csv(os.path.join(out_dir, "thresholds.csv"), self.thresholds, THRESHOLD_COLUMNS))
         from phasejax import __version__
 
         th = self.thresholds
@@ -458,10 +474,36 @@ class PhaseDiagram:
                 q=_max_rel(self.points, "q"), m=_max_rel(self.points, "m"), V=_max_rel(self.points, "V"),
                 theta=_max_rel(self.points, "theta"), train_loss_abs=_max_abs(self.points, "train_loss_err")),
         )
-        paths.append(atomic_write_json(os.path.join(out_dir, "summary.json"), summary))
-        paths.append(atomic_write_json(os.path.join(out_dir, "grid.json"),
-                                       dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas))))
-        return paths
+        return dict(points={k: pts[k] for k in first + [k for k in pts if k not in first] if k in pts},
+                    table=diag, thresholds=self.thresholds, summary=summary,
+                    grid=dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas)))
+
+    @classmethod
+    def from_files(cls, contents: dict, out_dir: str) -> "PhaseDiagram":
+        g = contents["grid"]
+        if not all(isinstance(g.get(k), list) and g.get(k) for k in ("alphas", "omegas")):
+            raise ValueError(f"{os.path.join(out_dir, 'grid.json')} must hold non-empty lists 'alphas' and 'omegas'")
+        grid = PhaseGrid(tuple(g["alphas"]), tuple(g["omegas"]))
+        pts = contents["points"]
+        pts["branch"] = np.asarray([PHASE_BRANCHES.index(b) for b in pts["branch"]], np.int32)
+        pts["status"] = np.asarray([status_code(s) for s in pts["status"]], np.int32)
+        for k in ("distinct", "is_branch", "converged"):
+            pts[k] = pts[k].astype(bool)
+        shape = (len(grid.omegas), len(grid.alphas))
+        for name, rows, need in (("diagram.csv", len(contents["table"]["omega"]), shape[0] * shape[1]),
+                                 ("thresholds.csv", len(contents["thresholds"]["omega"]), shape[0])):
+            if rows < need:
+                raise ValueError(f"{os.path.join(out_dir, name)} has {rows} data rows, fewer than the {need} of "
+                                 f"the grid in grid.json")
+        table = {}
+        for k, v in contents["table"].items():
+            if k in ("omega", "alpha"):
+                continue
+            if k == "global_branch":
+                v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
+            table[k] = np.asarray(v).reshape(shape)
+        return cls(grid=grid, points=pts, table=table, thresholds=contents["thresholds"],
+                   config=contents["summary"]["config"])
 
     def unresolved(self) -> list[tuple[float, float, str, str]]:
         """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point
@@ -477,40 +519,6 @@ class PhaseDiagram:
             for i, j in zip(*np.nonzero(np.char.startswith(v, "unresolved"))):
                 out.append((self.grid.omegas[i], self.grid.alphas[j], b, str(v[i, j])))
         return sorted(out)
-
-    @classmethod
-    def load(cls, out_dir: str) -> "PhaseDiagram":
-        """Read a diagram written by `write` back (the tables are parsed from the CSV files). A missing, truncated
-        or malformed file, or one without a column the diagram needs, is a `ValueError` naming the file and the
-        column."""
-        g = read_json(os.path.join(out_dir, "grid.json"), kind=dict)
-        if not all(isinstance(g.get(k), list) and g.get(k) for k in ("alphas", "omegas")):
-            raise ValueError(f"{os.path.join(out_dir, 'grid.json')} must hold non-empty lists 'alphas' and 'omegas'")
-        grid = PhaseGrid(tuple(g["alphas"]), tuple(g["omegas"]))
-        pts = read_csv(os.path.join(out_dir, "points.csv"),
-                       required=dict(omega="number", alpha="number", branch="str", status="str", converged="bool",
-                                     distinct="bool", is_branch="bool", train_loss="number",
-                                     test_error="number"), min_rows=1)
-        pts["branch"] = np.asarray([PHASE_BRANCHES.index(b) for b in pts["branch"]], np.int32)
-        pts["status"] = np.asarray([status_code(s) for s in pts["status"]], np.int32)
-        for k in ("distinct", "is_branch", "converged"):
-            pts[k] = pts[k].astype(bool)
-        shape = (len(grid.omegas), len(grid.alphas))
-        diag = read_csv(os.path.join(out_dir, "diagram.csv"),
-                        required=dict(omega="number", alpha="number", delta_e="number"), min_rows=shape[0] * shape[1])
-        table = {}
-        for k, v in diag.items():
-            if k in ("omega", "alpha"):
-                continue
-            if k == "global_branch":
-                v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
-            table[k] = np.asarray(v).reshape(shape)
-        th = read_csv(os.path.join(out_dir, "thresholds.csv"),
-                      required=dict(omega="number", alpha_c="number", alpha_l="number"), min_rows=shape[0])
-        summary = read_json(os.path.join(out_dir, "summary.json"), kind=dict)
-        if "config" not in summary:
-            raise ValueError(f"{os.path.join(out_dir, 'summary.json')} has no 'config'")
-        return cls(grid=grid, points=pts, table=table, thresholds=th, config=summary["config"])
 
 
 def _max_rel(points, key) -> float | None:

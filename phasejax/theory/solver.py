@@ -46,6 +46,7 @@ import numpy as np
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
+from phasejax import progress
 from phasejax.precision import uses_float64
 from phasejax.solvers import Status, iterate
 from phasejax.theory.fields import Overlaps, field_maps
@@ -623,6 +624,7 @@ def _continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, ap
             warm=jnp.where(ok, state.warm, c.warm),
             frame=jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), frame_new, c.frame),
             it_before=jnp.where(is_first & two_stage, state.it, 0).astype(c.it_before.dtype))
+        progress.tick(1.0 / seq.shape[0], c.n_ok)     # a sweep's bar moves per point (phasejax.progress)
         return carry, (state, frame_used)
 
     a0 = alphas[0]
