@@ -25,7 +25,8 @@ from phasejax.io import read_csv
 from phasejax.precision import float64_scope
 from phasejax.theory import result_columns
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import BranchInit, branch_init, solve_state_evolution
+from phasejax.theory.branches import BranchInit, branch_init
+from phasejax.theory.solver import solve_state_evolution
 
 RUNS = os.path.join("results", "extensions", "general_L", "runs.csv")
 

@@ -28,7 +28,8 @@ import numpy as np
 from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, rank2_init, rank2_params
 from phasejax.precision import float64_scope
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import NewtonSE, SEProblem, free_mask, run_newton
+from phasejax.theory.branches import free_mask
+from phasejax.theory.solver import NewtonSE, SEProblem, run_newton
 
 
 def main(alpha: float = 1.3, log2_n: int = 11, max_iter: int = 150) -> None:

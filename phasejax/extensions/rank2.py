@@ -48,7 +48,8 @@ from phasejax.theory.fields import Overlaps
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import BranchInit, MapApproximation, SEConfig
+from phasejax.theory.branches import BranchInit
+from phasejax.theory.solver import MapApproximation, SEConfig
 
 Array = jax.Array
 

@@ -48,7 +48,8 @@ from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import PAPER_A, PAPER_A_ASYMMETRIC, TiedAttentionParams, make_params
 from phasejax.theory.quadrature import SobolRule, gauss_hermite
-from phasejax.theory.solver import MapApproximation, SEConfig, branch_init
+from phasejax.theory.branches import branch_init
+from phasejax.theory.solver import MapApproximation, SEConfig
 from phasejax.theory.updates import hats_from_nodes, node_values
 
 NAME = "second_A"

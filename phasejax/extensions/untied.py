@@ -43,7 +43,8 @@ from phasejax.sweep import RunOptions
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, make_params, token_swap_symmetric
 from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.solver import BranchInit, SEConfig
+from phasejax.theory.branches import BranchInit
+from phasejax.theory.solver import SEConfig
 
 Array = jax.Array
 

@@ -56,19 +56,15 @@ from phasejax.theory.quadrature import (
     quasi_monte_carlo,
 )
 from phasejax.theory.results import SEErrors, SEResult, result_columns
+from phasejax.theory.branches import BRANCH_DEFAULTS, BRANCHES, BranchInit, branch_init, stack_inits
 from phasejax.theory.solver import (
-    BRANCH_DEFAULTS,
-    BRANCHES,
-    BranchInit,
     MapApproximation,
     SEConfig,
-    branch_init,
     map_points,
     solve_along_alpha,
     solve_state_evolution,
     solve_state_evolution_batch,
     solve_state_evolution_grid,
-    stack_inits,
 )
 from phasejax.theory.updates import (
     hats_from_nodes,

@@ -24,16 +24,8 @@ from jax.flatten_util import ravel_pytree
 from phasejax.precision import uses_float64
 from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.results import SEResult
-from phasejax.theory.solver import (
-    BranchInit,
-    MapApproximation,
-    SEConfig,
-    branch_init,
-    map_points,
-    resolve_scheme,
-    solve_jit,
-    stack_inits,
-)
+from phasejax.theory.branches import BranchInit, branch_init, stack_inits
+from phasejax.theory.solver import MapApproximation, SEConfig, map_points, resolve_scheme, solve_jit
 
 Array = jax.Array
 

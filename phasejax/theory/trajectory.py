@@ -18,7 +18,8 @@ from jax.flatten_util import ravel_pytree
 from phasejax.precision import uses_float64
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, validate_params
-from phasejax.theory.solver import BranchInit, MapApproximation, SEProblem, initial_warm, resolve_scheme, se_map
+from phasejax.theory.branches import BranchInit
+from phasejax.theory.solver import MapApproximation, SEProblem, initial_warm, resolve_scheme, se_map
 
 
 @functools.partial(jax.jit, static_argnames=("n_iter", "approximation"))
