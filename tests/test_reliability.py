@@ -55,12 +55,7 @@ def one_error_line(err: str, command: str) -> str:
 # ----------------------------------------------------------------------------
 
 
-ADOPTING = {"gamp", "extension", "dynamics", "depth", "replicas"}
-"""Commands whose modules take up `add_output` next (their defaults may still point into results/)."""
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=False, reason="adopts phasejax.commands.argtypes.add_output")) if n in ADOPTING else n for n in COMMANDS])
+@pytest.mark.parametrize("name", COMMANDS)
 def test_no_command_writes_into_results_by_default(name):
     """The committed results/ are written only when --out names them: every default lies elsewhere, and
     every --run-dir defaults to a persistent folder (None: <out>/run)."""
