@@ -18,6 +18,7 @@ and trajectories.png, phase_diagram.png, escape_time.png. The SGD sweeps are chu
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from phasejax.commands.argtypes import (
@@ -62,8 +63,9 @@ def add_arguments(ap) -> None:
     add_run_options(ap, chunk_size=24)
 
 
-def _table(params, n_grid, order, path):
-    """The population table, cached in `path` (NPZ) keyed by its grid size and order."""
+def _table(params, n_grid, order, path, progress=True):
+    """The population table, cached in `path` (NPZ) keyed by its grid size and order (a bar per row of nodes with
+    `progress`, on a terminal only)."""
     import jax.numpy as jnp
     import numpy as np
 
@@ -76,7 +78,8 @@ def _table(params, n_grid, order, path):
         return PopulationTable(m_grid=jnp.asarray(old["m_grid"]), e_grid=jnp.asarray(old["e_grid"]),
                                coefficients=jnp.asarray(old["coefficients"]), params=params,
                                plateau=jnp.asarray(old["plateau"]), order=order)
-    tab = build_population_table(params, n_grid=n_grid, order=order, m_max=1.0, progress=True)
+    tab = build_population_table(params, n_grid=n_grid, order=order, m_max=1.0,
+                                 progress=progress and sys.stderr.isatty())
     atomic_save_npz(path, dict(m_grid=np.asarray(tab.m_grid), e_grid=np.asarray(tab.e_grid),
                                coefficients=np.asarray(tab.coefficients), plateau=np.asarray(tab.plateau),
                                order=np.asarray(order)))
@@ -140,8 +143,10 @@ def run(args) -> int:
 
     with float64_scope():
         # 1. population table and its quadrature error
-        tab = _table(params, preset["n_grid"], preset["order"], os.path.join(args.out, "table.npz"))
-        check = _table(params, preset["n_grid"], preset["order_check"], os.path.join(args.out, "table_check.npz"))
+        bar = not args.no_progress
+        tab = _table(params, preset["n_grid"], preset["order"], os.path.join(args.out, "table.npz"), bar)
+        check = _table(params, preset["n_grid"], preset["order_check"], os.path.join(args.out, "table_check.npz"),
+                       bar)
         diff = np.max(np.abs(np.asarray(tab.coefficients) - np.asarray(check.coefficients)), axis=(0, 2, 3))
         summary["table"] = dict(n_grid=preset["n_grid"], order=preset["order"], order_check=preset["order_check"],
                                 m_max=float(tab.m_grid[-1]), e_max=float(tab.e_grid[-1]),
