@@ -167,12 +167,7 @@ def main(argv=None) -> int:
         print(f"phasejax {args.command}: interrupted; finished chunks stay in the run directory, run the same "
               "command again to resume", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - sorted by error_line; defects are raised again
-        found = error_line(exc)
-        if found is None:
-            raise
-        return _report(args, found, debug, claimed)
-    except SystemExit as exc:
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - sorted by error_line; defects are raised again
         found = error_line(exc)
         if found is None:
             raise

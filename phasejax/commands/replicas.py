@@ -129,7 +129,8 @@ def read_pairs(path: str) -> dict:
     from phasejax.empirics.replicas import PAIR_COLUMNS, REPLICA_BRANCHES
     from phasejax.io import read_csv
 
-    raw = {("lam" if k == "lambda" else k): v for k, v in read_csv(path).items()}   # older files: "lam"
+    from_csv = {v: k for k, v in CSV_NAMES.items()}
+    raw = {from_csv.get(k, k): v for k, v in read_csv(path).items()}   # older files have the table names
     missing = [k for k in PAIR_COLUMNS if k not in raw]
     if missing:
         raise UsageError(f"{path} is not a two_replicas.csv: missing columns {missing}")
