@@ -307,10 +307,12 @@ def main_job_settings() -> dict:
                 chunk_size=a.chunk_size, sigma=a.sigma, lam=a.lam, A=list(a.A))
 
 
-def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int = 2, sigma: float = 0.5,
+def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int | None = None, sigma: float = 0.5,
                        lam: float = 0.01, A=(0.6, 0.4, 0.4, 0.6), quadrature=None, progress: bool = False) -> dict:
     """`phase_diagram` on `alphas x omegas` (both subspaces, `tracks` census seeds each) in a temporary run
-    directory, compilation included: seconds, compile seconds, solves and their statuses."""
+    directory, compilation included: seconds, compile seconds, solves and their statuses. `chunk_size` rows
+    per compiled call (None: the command's `auto_chunk_rows`)."""
+    from phasejax.commands.phase_diagram import auto_chunk_rows
     from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
     from phasejax.sweep import RunOptions
     from phasejax.theory import CENSUS_SEEDS, make_params
@@ -318,6 +320,8 @@ def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int = 2, 
     grid = PhaseGrid.from_ranges(np.asarray(alphas, np.float64), np.asarray(omegas, np.float64))
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:tracks] for b in PHASE_BRANCHES})
     params = make_params(1.0, 0.0, sigma=sigma, lam=lam, A=np.reshape(A, (2, 2)))
+    if chunk_size is None:
+        chunk_size = auto_chunk_rows(len(grid.alphas), 2 * len(grid.omegas), tracks)
     with tempfile.TemporaryDirectory(prefix="phasejax-bench-") as run_dir:
         options = RunOptions(run_dir=run_dir, chunk_size=chunk_size, progress=progress)
         pd, seconds, compile_s = timed(
@@ -344,7 +348,7 @@ def main_job(*, quadrature=None, n_alpha: int | None = None, n_omega: int | None
     return _entry(
         "main_job",
         f"the main job, phase_diagram at the `phasejax phase-diagram` defaults "
-        f"({'shrunk to ' if n_alpha or n_omega else ''}{shape}, chunk size {s['chunk_size']}), "
+        f"({'shrunk to ' if n_alpha or n_omega else ''}{shape}, chunk size {run['chunk_size']}), "
         f"{_rule_name(quadrature)}, in a temporary run directory; total time, compilation included",
         seconds=run["seconds"], points=run["solves"], compilation_included=True, statuses=run["statuses"],
         compile_seconds=run["compile_seconds"], grid=run["grid"], chunk_size=run["chunk_size"],
@@ -358,7 +362,7 @@ def measured_rows(n_omega: int, rows: int) -> np.ndarray:
 
 
 def paper_diagram(*, quadrature=None, n_alpha: int = PAPER_GRID["n_alpha"], n_omega: int = PAPER_GRID["n_omega"],
-                  project_rows: int | None = None, chunk_size: int = 2, progress: bool = False) -> dict:
+                  project_rows: int | None = None, chunk_size: int | None = None, progress: bool = False) -> dict:
     """The paper's diagram (`PAPER_GRID`: 40 alpha in [0.1, 2.5] x 20 omega in [0, 0.95] x 2 subspaces, one
     track), compilation included. With `project_rows`, only that many omega rows (`measured_rows`) are run
     and the full time is projected: compile seconds + the rest x (all rows / measured rows)."""
@@ -391,13 +395,13 @@ def paper_diagram(*, quadrature=None, n_alpha: int = PAPER_GRID["n_alpha"], n_om
         extra = dict(projected=False)
     return _entry(
         "paper_diagram",
-        f"the paper's phase diagram ({shape}, chunk size {chunk_size}), {_rule_name(quadrature)}, in a temporary "
+        f"the paper's phase diagram ({shape}, chunk size {run['chunk_size']}), {_rule_name(quadrature)}, in a temporary "
         f"run directory, compilation included"
         + (f"; projected from {len(idx)} of the {n_omega} omega rows (both subspaces, every alpha)"
            if project_rows else ""),
         seconds=seconds, points=full_solves, compilation_included=True, statuses=run["statuses"],
         compile_seconds=run["compile_seconds"], grid=dict(run["grid"], omegas=all_omegas.tolist()),
-        chunk_size=chunk_size, quadrature=_rule_name(quadrature), **extra)
+        chunk_size=run["chunk_size"], quadrature=_rule_name(quadrature), **extra)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -630,18 +634,25 @@ def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda l
 
 
 def benchmark_report(parts=FIGURES, plan: BenchPlan = BenchPlan(),
-                     progress: Callable[[str], None] = lambda line: None) -> dict:
-    """The whole record: `environment()`, the plan, and one entry per figure of `parts` (in `FIGURES` order).
-    `progress` gets a line as each figure starts and ends."""
-    parts = [p for p in FIGURES if p in set(parts)]
+                     progress: Callable[[str], None] = lambda line: None,
+                     on_figure: Callable[[dict], None] = lambda report: None) -> dict:
+    """The whole record: `environment()`, the plan, and one entry per figure of `parts` (in the order given,
+    each once). `progress` gets a line as each figure starts and ends; `on_figure` gets the record so far
+    after each figure (`complete` is false until the last one is in), so a caller can keep what is done."""
+    unknown = sorted(set(parts) - set(FIGURES))
+    if unknown:
+        raise ValueError(f"parts: unknown figure(s) {unknown}; known: {list(FIGURES)}")
+    parts = list(dict.fromkeys(parts))
     report = dict(environment(), quick=plan.quick, parts=parts,
-                  reference_method=plan.reference, figures=[])
-    for name in parts:
+                  reference_method=plan.reference, complete=False, figures=[])
+    for i, name in enumerate(parts):
         progress(f"bench: {name} ...")
         t0 = time.perf_counter()
         entry = run_figure(name, plan, log=progress)
         report["figures"].append(entry)
+        report["complete"] = i == len(parts) - 1
         progress(f"bench: {name} done in {time.perf_counter() - t0:.1f} s ({summary_line(entry)})")
+        on_figure(report)
     return report
 
 

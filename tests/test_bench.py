@@ -15,13 +15,14 @@ def _positive(x) -> bool:
 
 
 def test_quick_bench_writes_one_record_per_device(tmp_path, run_cli):
-    code, out, err = run_cli(["bench", "--quick", "--parts", "cold_solve", "warm_point", "--out", str(tmp_path)])
+    code, out, err = run_cli(["bench", "--quick", "--parts", "warm_point", "cold_solve", "--out", str(tmp_path)])
     assert code == 0, err
     path = tmp_path / f"{bench.device_name()}.json"
     assert f"wrote: {path}" in out
     assert "bench: cold_solve" in err and "bench: warm_point" in err          # progress lines on stderr
     record = json.loads(path.read_text())
-    assert record["quick"] is True and record["parts"] == ["cold_solve", "warm_point"]
+    assert record["quick"] is True and record["parts"] == ["warm_point", "cold_solve"]    # the order given
+    assert record["complete"] is True
     assert record["date"].endswith("+00:00")                                  # UTC, ISO 8601
     assert {"kind", "count", "cpu_count", "platform"} <= set(record["device"])
     assert record["device"]["count"] >= 1
@@ -29,7 +30,7 @@ def test_quick_bench_writes_one_record_per_device(tmp_path, run_cli):
     assert {"python", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "phasejax", "git_commit"} <= set(versions)
     assert all(versions[k] for k in ("python", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "phasejax"))
     figures = {f["name"]: f for f in record["figures"]}
-    assert list(figures) == ["cold_solve", "warm_point"]
+    assert list(figures) == ["warm_point", "cold_solve"]
     for f in figures.values():
         assert {"what", "seconds", "seconds_per_point", "points", "solves", "compilation_included", "statuses",
                 "converged"} <= set(f)
@@ -73,5 +74,32 @@ def test_helpers():
     assert bench.measured_rows(3, 5).tolist() == [0, 1, 2]
     assert bench.status_counts(np.array([[0, 0], [1, 0]])) == {"converged": 3, "max_iterations": 1}
     s = bench.main_job_settings()
-    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (23, 11, 1, 2)
+    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (23, 11, 1, None)   # None: auto
     assert set(bench.FIGURES) == {"cold_solve", "warm_point", "batch", "main_job", "paper_diagram", "training"}
+
+
+def test_the_record_so_far_is_handed_over_after_every_figure(monkeypatch):
+    monkeypatch.setattr(bench, "run_figure", lambda name, plan, log: dict(
+        name=name, seconds=1.0, seconds_per_point=1.0, points=1, converged=1, statuses={"converged": 1}))
+    seen = []
+    report = bench.benchmark_report(["warm_point", "cold_solve", "warm_point"], bench.BenchPlan(quick=True),
+                                    on_figure=lambda r: seen.append((r["complete"], [f["name"] for f in r["figures"]])))
+    assert seen == [(False, ["warm_point"]), (True, ["warm_point", "cold_solve"])]
+    assert report["parts"] == ["warm_point", "cold_solve"]
+    with pytest.raises(ValueError, match="parts"):
+        bench.benchmark_report(["nope"])
+
+
+def test_auto_chunk_rows_fills_an_accelerator_and_keeps_two_rows_on_a_cpu():
+    from phasejax.commands.phase_diagram import CPU_CHUNK_ROWS, auto_chunk_rows, row_memory_estimate
+
+    assert auto_chunk_rows(23, 22, platform="cpu") == CPU_CHUNK_ROWS == 2
+    assert auto_chunk_rows(23, 1, platform="cpu") == 1
+    row = row_memory_estimate(40)
+    # room for 14 rows of 40 alphas in 40% of the memory: 40 rows go in three chunks of equal size (14, 14, 12)
+    assert auto_chunk_rows(40, 40, platform="gpu", memory=14.5 * row / 0.4) == 14
+    assert auto_chunk_rows(40, 40, platform="gpu", memory=1e15) == 40          # all rows in one call
+    assert auto_chunk_rows(40, 40, platform="gpu", memory=1.0) == 1            # never below one row
+    assert auto_chunk_rows(40, 40, 2, platform="gpu", memory=14.5 * row / 0.4) == 7   # two tracks: half the rows
+    with pytest.raises(ValueError, match="n_rows"):
+        auto_chunk_rows(40, 0)

@@ -12,7 +12,9 @@ compilation included), paper_diagram (the paper's 40 x 20 x 2 diagram; with --pr
 projected from 2 of its 20 omega rows), training (the vmapped training sweep and the solvers, as
 `phasejax bench-training`). The record holds the UTC date, the device, the versions and git commit, and per
 figure: seconds, seconds per point, points, whether compilation is included, statuses, and for batch the
-published method's time and the ratio. An existing record is never replaced without --overwrite.
+published method's time and the ratio. The figures run in the order --parts names them, and the record is
+written after each one (`"complete": false` until the last), so a run cut short keeps the figures it finished.
+An existing record is never replaced without --overwrite.
 """
 
 from __future__ import annotations
@@ -74,9 +76,10 @@ def run(args) -> int:
         if not args.no_progress:
             print(line, file=sys.stderr, flush=True)
 
-    report = bench.benchmark_report(args.parts, plan, progress=progress)
-    refuse_existing(path, args.overwrite)            # another process may have written it meanwhile
-    atomic_write_json(path, report)
+    def keep(report: dict) -> None:   # the record so far after every figure: a run cut short keeps what is done
+        atomic_write_json(path, report)
+
+    report = bench.benchmark_report(args.parts, plan, progress=progress, on_figure=keep)
     for entry in report["figures"]:
         print(f"{entry['name']}: {bench.summary_line(entry)}")
     print(f"wrote: {path}")

@@ -56,7 +56,7 @@ def add_arguments(ap) -> None:
                     help="fixed-point tracks (census seeds) per subspace, followed along alpha")
     ap.add_argument("--slice-omega", type=unit_interval, default=0.3, help="omega of the slice plot")
     add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=2)
+    add_run_options(ap, chunk_size=None)   # None: `auto_chunk_rows` (2 on a CPU, as many as fit on an accelerator)
 
 
 MAX_POINTS = 10**6
@@ -73,6 +73,29 @@ def row_memory_estimate(n_alpha: int, side_by_side: int = 1) -> float:
     """Bytes of `side_by_side` row programs of `n_alpha` alphas, about (`ROW_BYTES`). A CPU runs the rows and
     tracks of a chunk one after the other (1); an accelerator side by side (rows times tracks)."""
     return ROW_BYTES * n_alpha * side_by_side
+
+
+CPU_CHUNK_ROWS = 2
+"""Rows per compiled call on a CPU, where a chunk's rows run one after the other (a chunk is the unit of resume)."""
+
+
+def auto_chunk_rows(n_alpha: int, n_rows: int, n_tracks: int = 1, *, platform: str | None = None,
+                    memory: float | None = None, share: float = 0.4) -> int:
+    """Rows (omega x subspace) per compiled call when `--chunk-size` is not given: `CPU_CHUNK_ROWS` on a CPU;
+    on an accelerator, where a chunk's rows run side by side, as many as fit in `share` of its memory
+    (`row_memory_estimate`), at most all `n_rows`, split into chunks of equal size."""
+    import jax
+
+    from phasejax.sweep import available_memory
+
+    if n_rows < 1:
+        raise ValueError(f"n_rows must be at least 1, got {n_rows}")
+    if (platform or jax.default_backend()) == "cpu":
+        return min(CPU_CHUNK_ROWS, n_rows)
+    have = available_memory() if memory is None else memory
+    fit = max(1, int(share * have // row_memory_estimate(n_alpha, n_tracks)))
+    n_chunks = -(-n_rows // min(fit, n_rows))
+    return -(-n_rows // n_chunks)
 
 
 def check_size(args, n_tracks: int) -> None:
@@ -115,6 +138,8 @@ def run(args) -> int:
         raise UsageError(f"--tracks must be at most {min(len(v) for v in CENSUS_SEEDS.values() if len(v) > 1)}")
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][: args.tracks] for b in ("positional", "semantic")})
     params = make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam, A=np.reshape(args.A, (2, 2)))
+    if args.chunk_size is None:
+        args.chunk_size = auto_chunk_rows(args.n_alpha, 2 * args.n_omega, config.n_tracks)
     options = run_options_from(args, args.out)
     check_size(args, config.n_tracks)
     t0 = time.perf_counter()
