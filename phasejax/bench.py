@@ -124,6 +124,7 @@ def environment() -> dict:
     import jax
 
     from phasejax import __version__
+    from phasejax.commands.experiment_flags import command_line
 
     root = repository_root()
     commit = _git(root, "rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
@@ -139,8 +140,7 @@ def environment() -> dict:
                       phasejax=__version__, git_commit=commit, git_dirty=None if dirty is None else bool(dirty)),
         jax_settings=dict(persistent_compilation_cache=jax.config.jax_compilation_cache_dir or None,
                           xla_flags=os.environ.get("XLA_FLAGS") or None),
-        command=" ".join(["phasejax" if os.path.basename(sys.argv[0]) == "phasejax" else sys.argv[0],
-                          *sys.argv[1:]]),
+        command=command_line(),
     )
 
 
