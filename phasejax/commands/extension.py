@@ -100,8 +100,9 @@ def add_arguments(ap) -> None:
                     help="the tied model's thresholds.csv that untied and second_A compare with (default: the "
                          "repository's results/phase_diagram/thresholds.csv)")
     ap.add_argument("--replot", action="store_true",
-                    help="no computing: read <out>'s theory.csv and runs.csv, derive the thresholds, summary and "
-                         "extra tables again and redraw the figure")
+                    help="no training or solving: read <out>'s theory.csv and runs.csv, derive the thresholds, "
+                         "summary and extra tables again and redraw the figure (a theory.csv without the replicon "
+                         "columns gets them, about 2 s a row)")
     ap.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -125,9 +126,37 @@ def run_extension(name: str, preset: str, out: str, *, run_dir: str | None = Non
         result = module.finish(result, **tied) if name == "untied" else module.finish(result)
     else:
         result = module.compute(preset, table[preset], run_dir=run_dir, progress=progress, **tied)
+    problem = getattr(module, "replicon_problem", None)
+    if problem is not None:
+        result = add_replicon(result, problem(result.summary.get("presets") or table[preset]), progress=progress)
     paths = result.write(out)
     paths += [save_figure(fig, os.path.join(out, file)) for file, fig in module.figures(result).items()]
     return paths
+
+
+def add_replicon(result, problem, *, progress: bool = True):
+    """`result` with the replicon columns in its theory table (computed where missing:
+    `phasejax.extensions.stability.with_replicon`) and their summary (`replicon_summary`)."""
+    import dataclasses
+
+    from phasejax.extensions.stability import replicon_summary, with_replicon
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(result.theory["alpha"]), desc="replicon", unit="row", leave=False)
+
+    def tick(done, total):
+        if bar is not None:
+            bar.update(done - bar.n)
+
+    try:
+        theory = with_replicon(result.theory, problem, progress=tick)
+    finally:
+        if bar is not None:
+            bar.close()
+    return dataclasses.replace(result, theory=theory, summary=dict(result.summary, replicon=replicon_summary(theory)))
 
 
 def run(args) -> int:

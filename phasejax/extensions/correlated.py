@@ -610,6 +610,14 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
                                   summary=summary))
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the theory rows: the main setting at the preset's `omega`, default
+    scheme. The rows are mixture fixed points with `m_cluster = 0`, where every label configuration has the main
+    model's fields, so their replicon is the main model's (`phasejax.extensions.stability`)."""
+    params = correlated_params(omega=float(P["omega"]))
+    return lambda row: (params, None)
+
+
 def finish(result: ExtensionResult) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: theory at each run and the experiments' thresholds (after the
     theory's rows of `result.thresholds`)."""

@@ -220,6 +220,17 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
                                   summary=summary))
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `general_L_params` of the row's
+    `sigma_setting` and the Sobol rule it was solved with (one per setting)."""
+    problems = {}
+    for setting, sigma in P["sigmas"].items():
+        params = general_L_params(sigma=tuple(sigma))
+        problems[setting] = (params, SobolRule.create(params.L * (params.r + params.t), log2_n=P["log2_n"],
+                                                      n_replicas=P["n_replicas"]))
+    return lambda row: problems[str(row["sigma_setting"])]
+
+
 def finish(result: ExtensionResult) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: the equal-sigma SE at each run (of the branch it reached) and
     the gaps of the seed means to it (`gaps.csv`)."""

@@ -257,6 +257,13 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
         extension=NAME, preset=preset, presets=P, rule=scheme_config(rule))))
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `rank2_params()` and the Sobol
+    rule they were solved with."""
+    params, rule = rank2_params(), SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    return lambda row: (params, rule)
+
+
 def finish(result: ExtensionResult) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: theory at each run, thresholds, agreement, global minima."""
     th = result.theory

@@ -214,6 +214,14 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
     return finish(ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary))
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `second_A_params()` and the rule
+    they were solved with (the default scheme where `log2_n` is None)."""
+    rule = None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
+    params = second_A_params()
+    return lambda row: (params, rule)
+
+
 def finish(result: ExtensionResult) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: the SE at each run (of the branch it reached), the gaps of the
     seed means to the SE per `(d, branch, alpha)` (`gaps.csv`), the largest `|m|` on the semantic branch."""

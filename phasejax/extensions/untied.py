@@ -183,6 +183,14 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
         extension=NAME, preset=preset, presets=P, rule=scheme_config(rule))), tied=tied)
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `untied_params()` (the untied
+    student is a function of the two fields `(h_Q, h_K)`, so the replicon of the main model applies) and the
+    Sobol rule they were solved with."""
+    params, rule = untied_params(), SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    return lambda row: (params, rule)
+
+
 def finish(result: ExtensionResult, *, tied: dict | None = None) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: theory at each run, thresholds against the tied model's
     (`tied`, default `tied_thresholds()`), agreement per `(d, alpha, init)`."""

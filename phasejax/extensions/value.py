@@ -470,6 +470,12 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
                                   documents=dict(value_runs=dict(config=runs_config))))
 
 
+def replicon_problem(P: dict):
+    """`phasejax.extensions.stability.Problem` of the tied reference rows (`theory_reference`: the main setting,
+    default scheme)."""
+    return lambda row: (make_params(1.0, float(row["omega"])), None)
+
+
 def finish(result: ExtensionResult) -> ExtensionResult:
     """The parts derived from `theory` and `runs`: the tied theory at each run, the experiments' thresholds
     (after the theory's rows of `result.thresholds`)."""

@@ -51,6 +51,7 @@ from phasejax.theory.replicon import (
     REPLICON_MU0,
     REPLICON_STEPS,
     replicon_columns,
+    replicon_table,
     rs_stable,
 )
 from phasejax.theory.results import result_columns
@@ -613,54 +614,28 @@ def add_replicon(pd: PhaseDiagram, params: TiedAttentionParams, *, quadrature=No
     are the same as a fresh `phase_diagram` would find with the same configuration, and the replicon is a
     function of the fixed point alone, so the columns are those a fresh run writes. `params` are the diagram's
     model parameters (`alpha`, `omega` are taken per point); `quadrature` as in `phase_diagram`. `columns`
-    (`REPLICON_COLUMNS`, one value per point, e.g. from `replicon_point_fn` run point by point) skips the
-    computation.
+    (`REPLICON_COLUMNS`, one value per point) skips the computation, which is
+    `phasejax.theory.replicon.replicon_table` on `points`.
     """
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        tqdm = None
     pts = {k: np.asarray(v) for k, v in pd.points.items()}
-    r, t, K = params.r, params.t, params.K
-    n = len(pts["alpha"])
-
-    def stack(name, shape):
-        size = int(np.prod(shape))
-        return np.stack([np.asarray(pts[f"{name}_{i}"], float) for i in range(size)], -1).reshape((n,) + shape)
-
-    q0, m, V0, th = stack("q0", (r, r)), stack("m0", (K, r)), stack("V0", (r, r)), stack("theta0", (t, r))
-    converged = np.asarray(pts["converged"]).astype(bool)
     if columns is not None:
         cols = {k: np.asarray(columns[k], float) for k in REPLICON_COLUMNS}
     else:
-        cols = {k: np.full(n, np.nan) for k in REPLICON_COLUMNS}
-        with float64_scope():
-            one = replicon_point_fn(params, quadrature)
-            idx = np.flatnonzero(converged)
-            it = tqdm(idx, desc="replicon", disable=not progress) if tqdm is not None else idx
-            for i in it:
-                out = one(q0[i], m[i], V0[i], th[i], float(pts["alpha"][i]), float(pts["omega"][i]))
-                for k in cols:
-                    cols[k][i] = float(out[k])
+        validate_params(params)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(pts["alpha"]), desc="replicon", unit="point")
+        try:
+            cols = replicon_table(pts, lambda row: (params, quadrature),
+                                  progress=None if bar is None else (lambda done, total: bar.update(done - bar.n)))
+        finally:
+            if bar is not None:
+                bar.close()
     pts.update(cols)
     table, thresholds = derive_table(pd.grid, pts, np.asarray(pd.table["eps_lin"], float)[:, 0])
     pts["verdict"] = point_verdicts(pd.grid, pts, np.stack([table["verdict_positional"],
                                                             table["verdict_semantic"]], -1))
     config = dict(pd.config, replicon=REPLICON_CONFIG)
     return PhaseDiagram(grid=pd.grid, points=pts, table=table, thresholds=thresholds, config=config)
-
-
-def replicon_point_fn(params: TiedAttentionParams, quadrature=None):
-    """A jitted `(q0, m, V0, theta0, alpha, omega) -> REPLICON_COLUMNS` of one converged fixed point (call
-    inside `float64_scope()`); `add_replicon` runs it point by point."""
-    from phasejax.theory.fields import Overlaps
-
-    validate_params(params)
-    scheme = resolve_scheme(quadrature, params)
-
-    @jax.jit
-    def one(q0_, m_, V0_, th_, alpha, omega):
-        ov = Overlaps(q0=q0_, m=m_, V0=V0_, theta0=th_)
-        return replicon_columns(ov, params.replace(alpha=alpha, omega=omega), scheme, True)
-
-    return one

@@ -353,3 +353,60 @@ def replicon_columns(ov: Overlaps, params: TiedAttentionParams, scheme, converge
                 replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
                 two_minima=r.two_minima)
     return {k: jnp.where(converged, v, jnp.nan) for k, v in vals.items()}
+
+
+def overlaps_from_columns(table, i: int, params: TiedAttentionParams) -> Overlaps:
+    """The fixed point of row `i` of a table from its flattened overlap columns (`result_columns`' `q0_*, m0_*,
+    V0_*, theta0_*`, row-major), shaped for `params` (`q0, V0 (r, r)`, `m (K, r)`, `theta0 (t, r)`), float64."""
+    r, K, t = int(params.r), int(params.K), int(params.t)
+    vals = {}
+    for name, shape in dict(q0=(r, r), m0=(K, r), V0=(r, r), theta0=(t, r)).items():
+        keys = [f"{name}_{j}" for j in range(int(np.prod(shape)))]
+        missing = [k for k in keys if k not in table]
+        if missing:
+            raise ValueError(f"table: no column {missing[0]} (the fixed point's {name} for r={r}, K={K}, t={t})")
+        vals[name] = np.asarray([float(np.asarray(table[k])[i]) for k in keys], np.float64).reshape(shape)
+    with float64_scope():
+        return Overlaps(q0=jnp.asarray(vals["q0"]), m=jnp.asarray(vals["m0"]), V0=jnp.asarray(vals["V0"]),
+                        theta0=jnp.asarray(vals["theta0"]))
+
+
+def replicon_table(table, problem, *, converged=None, progress=None) -> dict:
+    """`REPLICON_COLUMNS` (numpy, one value per row) of every fixed point of a table of `result_columns` rows,
+    from its overlap columns (`overlaps_from_columns`); NaN where a row did not converge.
+
+    Args:
+      table: mapping of column names to `(n,)` arrays with `alpha`, `omega` and the overlap columns.
+      problem: `problem(row) -> (params, quadrature)`, the problem of one row (`row`: column name -> that row's
+        value; `alpha`, `omega` are set from the row afterwards) and the quadrature its fixed point was solved
+        with (`None`: the default scheme; the errors come from its replicas). Return the same quadrature
+        object for rows that share it: there is one compiled program per quadrature object.
+      converged: `(n,)` bools (default: the `converged` column, else `status == "converged"`).
+      progress: `progress(done, total)` after each row.
+    """
+    from phasejax.theory.solver import resolve_scheme
+
+    n = len(np.asarray(table["alpha"]))
+    if converged is None:
+        converged = (np.asarray(table["converged"]).astype(bool) if "converged" in table
+                     else np.asarray(table["status"]).astype(str) == "converged")
+    converged = np.asarray(converged, bool)
+    out = {k: np.full(n, np.nan) for k in REPLICON_COLUMNS}
+    compiled = {}
+    with float64_scope():
+        for i in range(n):
+            if converged[i]:
+                row = {k: np.asarray(v)[i] for k, v in table.items() if np.ndim(v) == 1}
+                params, quadrature = problem(row)
+                params = params.replace(alpha=jnp.asarray(float(row["alpha"]), jnp.float64),
+                                        omega=jnp.asarray(float(row["omega"]), jnp.float64))
+                if id(quadrature) not in compiled:            # the scheme is static: one program per scheme
+                    scheme = resolve_scheme(quadrature, params)
+                    compiled[id(quadrature)] = (quadrature, jax.jit(
+                        lambda ov, p, s=scheme: replicon_columns(ov, p, s, True)))
+                cols = compiled[id(quadrature)][1](overlaps_from_columns(table, i, params), params)
+                for k in REPLICON_COLUMNS:
+                    out[k][i] = float(cols[k])
+            if progress is not None:
+                progress(i + 1, n)
+    return out
