@@ -45,6 +45,17 @@ def test_scope_is_restored_and_nested_calls_work():
         assert jax.config.jax_enable_x64
 
 
+def test_dtype_scope_asks_for_full_precision_matmuls_and_restores_the_default():
+    before = jax.config.jax_default_matmul_precision
+    with dtype_scope(np.float32):
+        assert jax.config.jax_default_matmul_precision == "highest"
+        x = jnp.full((64, 64), 1.0001, jnp.float32)
+        assert float((x @ jnp.ones((64, 1), jnp.float32))[0, 0]) == pytest.approx(64 * 1.0001, rel=1e-6)
+    with dtype_scope(np.float32, matmul_precision=None):
+        assert jax.config.jax_default_matmul_precision == before
+    assert jax.config.jax_default_matmul_precision == before and not jax.config.jax_enable_x64
+
+
 def test_traced_call_without_float64_explains_how_to_enable_it():
     @uses_float64
     def f(x):
