@@ -150,20 +150,28 @@ def test_sweep_equals_single_runs_and_round_trips():
 # slow: the paper's point alpha = 2, omega = 0.3, lambda = 0.01 (non-convex prox)
 
 @pytest.mark.slow
-def test_first_gamp_iterations_follow_the_stein_se_trajectory():
-    """Undamped, from the same overlaps: GAMP's first iterates follow the SE's (Stein form) within 10% at d = 1000."""
+def test_first_gamp_iterations_approach_the_stein_se_trajectory_with_d():
+    """Undamped, from the same overlaps: GAMP's first three iterates approach the SE's (Stein form) as d grows.
+    The undamped map oscillates (q: 1.0 -> 0.3 -> 0.85 -> 0.3) and amplifies the O(1/sqrt(d)) fluctuations of
+    each step, so at d = 1000 a single seed can be 40% off at step 2; over 3 seeds the mean deviation must fall
+    by more than 1.5 between d = 500 and d = 4000 (1/sqrt(d) predicts 2.8), and at d = 4000 stay within 15%."""
     from phasejax.theory import Overlaps
     from phasejax.theory.trajectory import state_evolution_trajectory
 
-    with phasejax.float64_scope():
-        data = _data(1000)
-        Q0 = init_weights(jax.random.PRNGKey(1), data, *BRANCH_INITS["semantic"])
-        res = gamp(data, PAPER, Q0, jnp.array([[50.0]]), max_iter=3, damping=0.0, onsager="stein")
-        ov0 = Overlaps(q0=res.q0[0], m=res.m[0], V0=jnp.array([[50.0]]), theta0=res.theta0[0])
-        traj = state_evolution_trajectory(PAPER, ov0, n_iter=3, damping=0.0)
-    for t in range(1, 4):
-        assert float(res.q0[t, 0, 0]) == pytest.approx(float(traj.q0[t, 0, 0]), rel=0.1), t
-        assert float(res.theta0[t, 0, 0]) == pytest.approx(float(traj.theta0[t, 0, 0]), rel=0.1), t
+    def deviations(d, seed):
+        with phasejax.float64_scope():
+            data = _data(d, seed=seed)
+            Q0 = init_weights(jax.random.PRNGKey(100 + seed), data, *BRANCH_INITS["semantic"])
+            res = gamp(data, PAPER, Q0, jnp.array([[50.0]]), max_iter=3, damping=0.0, onsager="stein")
+            ov0 = Overlaps(q0=res.q0[0], m=res.m[0], V0=jnp.array([[50.0]]), theta0=res.theta0[0])
+            traj = state_evolution_trajectory(PAPER, ov0, n_iter=3, damping=0.0)
+        return np.array([[abs(float(getattr(res, k)[t, 0, 0]) / float(getattr(traj, k)[t, 0, 0]) - 1)
+                          for k in ("q0", "theta0")] for t in range(1, 4)])
+
+    small = np.mean([deviations(500, s) for s in range(3)], axis=0)
+    large = np.mean([deviations(4000, s) for s in range(3)], axis=0)
+    assert large.mean() < small.mean() / 1.5, (small, large)
+    assert large.max() < 0.15, large
 
 
 @pytest.mark.slow
