@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     import phasejax
     from phasejax.empirics.data import generate_data, overlaps_of, sample_count
     from phasejax.empirics.gamp import (BRANCH_DAMPING, BRANCH_INITS, empirical_risk, fixed_point_f, gamp,
-                                        gamp_inputs, init_weights, prox_consistency)
+                                        gamp_inputs, weights_at_overlaps, prox_consistency)
     from phasejax.empirics.training import TrainConfig, minimize
     from phasejax.io import atomic_write_json, read_json
     from phasejax.solvers import Status
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             for seed in args.seeds:
                 t0 = time.perf_counter()
                 data = generate_data(jax.random.PRNGKey(seed), params, args.d, n, dtype=jnp.float64)
-                Q0 = init_weights(jax.random.PRNGKey(10**6 + seed), data, *BRANCH_INITS[branch])
+                Q0 = weights_at_overlaps(jax.random.PRNGKey(10**6 + seed), data, *BRANCH_INITS[branch])
                 tr = train(Q0, gamp_inputs(data))
                 Qs = tr.params
                 grad = jax.grad(empirical_risk)(Qs, data, params)

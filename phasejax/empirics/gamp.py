@@ -348,7 +348,7 @@ def gamp(
                      max_iter=int(max_iter), prox_starts=prox_starts, onsager=onsager, f0=f0)
 
 
-def init_weights(key: Array, data: TiedAttentionData, q0: float, m: float, theta0: float, *,
+def weights_at_overlaps(key: Array, data: TiedAttentionData, q0: float, m: float, theta0: float, *,
                  dtype=None) -> Array:
     """`Q0 (d, 1)` with overlaps close to `(q0, m, theta0)`: `m sqrt(d) u_1 + theta0 Q*_1 + sqrt(q0 - m^2 - theta0^2) z`.
 

@@ -17,7 +17,7 @@ from phasejax.empirics.gamp import (
     gamp,
     gamp_inputs,
     gamp_sweep,
-    init_weights,
+    weights_at_overlaps,
     prox_consistency,
     stein_mean_jacobian,
 )
@@ -38,7 +38,7 @@ def convex_run():
     """GAMP at lambda = 0.1, d = 100, semantic-side init, both Onsager forms (converges in ~55 iterations)."""
     with phasejax.float64_scope():
         data = _data(100, params=CONVEX)
-        Q0 = init_weights(jax.random.PRNGKey(7), data, *BRANCH_INITS["semantic"])
+        Q0 = weights_at_overlaps(jax.random.PRNGKey(7), data, *BRANCH_INITS["semantic"])
         runs = {o: gamp(data, CONVEX, Q0, jnp.array([[50.0]]), max_iter=200, damping=0.5, onsager=o)
                 for o in ("stein", "pointwise")}
     return data, Q0, runs
@@ -128,7 +128,7 @@ def test_sweep_equals_single_runs_and_round_trips():
         sweep = gamp_sweep(CONVEX, [20], [3], onsagers=("stein",), max_iter=4, tail=2, dtype=jnp.float64)
         data = _data(20, seed=3, params=CONVEX)
         for i, branch in enumerate(sweep.columns["branch"]):
-            Q0 = init_weights(jax.random.PRNGKey(3 + 10**6), data, *BRANCH_INITS[branch])
+            Q0 = weights_at_overlaps(jax.random.PRNGKey(3 + 10**6), data, *BRANCH_INITS[branch])
             res = gamp(data, CONVEX, Q0, jnp.array([[50.0]]), max_iter=4, damping=float(sweep.columns["damping"][i]))
             # vmapped vs single: reduction order differs (measured 3e-9 relative after 4 iterations)
             np.testing.assert_allclose(sweep.histories["q_hist"][i], 0.25 * np.asarray(res.q0[:, 0, 0]), rtol=1e-7)
@@ -161,7 +161,7 @@ def test_first_gamp_iterations_approach_the_stein_se_trajectory_with_d():
     def deviations(d, seed):
         with phasejax.float64_scope():
             data = _data(d, seed=seed)
-            Q0 = init_weights(jax.random.PRNGKey(100 + seed), data, *BRANCH_INITS["semantic"])
+            Q0 = weights_at_overlaps(jax.random.PRNGKey(100 + seed), data, *BRANCH_INITS["semantic"])
             res = gamp(data, PAPER, Q0, jnp.array([[50.0]]), max_iter=3, damping=0.0, onsager="stein")
             ov0 = Overlaps(q0=res.q0[0], m=res.m[0], V0=jnp.array([[50.0]]), theta0=res.theta0[0])
             traj = state_evolution_trajectory(PAPER, ov0, n_iter=3, damping=0.0)
@@ -179,7 +179,7 @@ def test_chattering_is_carried_by_basin_flips():
     """At lambda = 0.01 (positional side) a few % of samples jump basins every iteration and carry most of the change."""
     with phasejax.float64_scope():
         data = _data(200)
-        Q0 = init_weights(jax.random.PRNGKey(10**6), data, *BRANCH_INITS["positional"])
+        Q0 = weights_at_overlaps(jax.random.PRNGKey(10**6), data, *BRANCH_INITS["positional"])
         res = gamp(data, PAPER, Q0, jnp.array([[50.0]]), max_iter=60, damping=0.8, onsager="stein")
     assert int(res.status) == Status.MAX_ITERATIONS
     tail = slice(40, 60)
@@ -225,7 +225,7 @@ def test_replicon_is_the_growth_rate_of_gamp_perturbations():
         R = replicon(ov, params, default_scheme(params))
         data = _data(d)
         n = data.x.shape[0]
-        Q0 = init_weights(jax.random.PRNGKey(1), data, *BRANCH_INITS["semantic"])
+        Q0 = weights_at_overlaps(jax.random.PRNGKey(1), data, *BRANCH_INITS["semantic"])
         res = gamp(data, params, Q0, ov.V0, damping=0.5, max_iter=400, tol=1e-11, onsager="pointwise")
         assert float(res.grad_norm) < 1e-6                       # a critical point of the risk
         p = cast_params(params, jnp.float64)
