@@ -162,49 +162,125 @@ def test_second_column_at_zero_reduces_to_rank_one():
     np.testing.assert_allclose(res2.test_error, res1.test_error, rtol=1e-8)
 
 
+def _solver_map(params, points, ov, warm, hold_theta, approximation):
+    """The map the Newton solver iterates, at `ov`: `se_map` on the equal-weight rule of `points` with the
+    node minimisers `warm (N, L r)` of the solver's last accepted evaluation as warm starts (a cold start at
+    every node's field leaves some proxes unconverged or in another basin after `prox_steps`, which is not the
+    map whose fixed point was found). Returns `(F(ov) raveled, MapEvaluation)`; gauge coordinates not replaced."""
+    x, unravel = ravel_pytree(ov)
+
+    @jax.jit
+    def F(x, points, warm):
+        scheme = FixedRule(Quadrature(points=points, weights=jnp.full((points.shape[0],), 1.0 / points.shape[0])))
+        problem = SEProblem(params, scheme, BranchInit(overlaps=unravel(x), hold_m=jnp.asarray(False),
+                                                       hold_theta=jnp.asarray(hold_theta)),
+                            approximation=approximation)
+        return se_map(problem, x, warm, 0)
+
+    ev = F(x, points, warm)
+    return ev.Fx, ev
+
+
 @pytest.mark.slow
 def test_gauge_fixed_solve_converges_and_rotated_fixed_point_is_fixed():
-    """The gauge-fixed positional solve converges; rotating its fixed point (and the rule's nodes) gives a
-    fixed point of the rotated map, and the ungauged residual there is at the level of the solve's tolerance."""
+    """The gauge-fixed positional solve converges with the rank-2 rows' settings (`EXTENSION_SE_CONFIG`,
+    `RANK2_APPROXIMATION`: on a finite rule the hard selection of each node's prox minimum makes the map jump).
+    Evaluated as the solver evaluates it (its final node minimisers as warm starts), the map at the fixed point
+    rotated by `R`, with the rule's nodes and the warm starts rotated alike, returns the rotated point in every
+    equation the solve solves (to the solve's tolerance), and its gauge equation (`m_2`, not solved: the finite
+    rule breaks the rotation symmetry) has the same residual as before the rotation, within the rule's
+    quadrature error (spread of the map over the rule's four 512-point Sobol blocks)."""
+    from scipy.stats import norm, qmc
+
+    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
+    from phasejax.extensions.rank2 import RANK2_APPROXIMATION
+    from phasejax.theory.branches import free_mask
+    from phasejax.theory.solver import resolve_scheme, solve_jit
+
     with float64_scope():
         params = rank2_params(1.5, 0.3)
-        points = jnp.asarray(np.random.default_rng(1).standard_normal((512, 6)))
-        rule = Quadrature(points=points, weights=jnp.full((512,), 1.0 / 512))
-        res = solve_state_evolution(params, rank2_init("positional", params), quadrature=rule)
+        # 2048 scrambled Sobol points mapped to normals (512 Monte Carlo points leave the blended map too noisy
+        # for Newton: it stops at the iteration cap with residual 8e-3)
+        n_pts = 2048
+        points = jnp.asarray(norm.ppf(qmc.Sobol(d=6, scramble=True, seed=1).random(n_pts)))
+        rule = Quadrature(points=points, weights=jnp.full((n_pts,), 1.0 / n_pts))
+        init = rank2_init("positional", params)
+        res, warm, _ = solve_jit(params, init, resolve_scheme(rule, params), EXTENSION_SE_CONFIG,
+                                 RANK2_APPROXIMATION)
         assert res.status_name == "converged"
+        free = np.asarray(free_mask(init))
+        gauge = np.asarray(init.gauge)
+        x, unravel = ravel_pytree(res.overlaps)
+        rel = lambda Fx, x: np.asarray(jnp.abs(Fx - x) / jnp.maximum(1.0, jnp.abs(x)))  # noqa: E731
+        Fx, ev = _solver_map(params, points, res.overlaps, warm, True, RANK2_APPROXIMATION)
+        assert float(ev.prox_unconverged) == 0.0
+        assert rel(Fx, x)[free].max() < 1e-6          # the solver's own map: its residual (tol 1e-7)
+
         R = rotation(1.1, jnp.float64)
         ov_rot = rotate_overlaps(res.overlaps, R)
-        F_rot, _ = _map(ov_rot, params, rotate_nodes(points, R, params), hold_theta=True)
-        x, _ = ravel_pytree(ov_rot)
-        Fx, _ = ravel_pytree(F_rot)
-        assert float(jnp.max(jnp.abs(Fx - x) / jnp.maximum(1.0, jnp.abs(x)))) < 1e-6
+        L, r = params.L, params.r
+        warm_rot = (warm.reshape(-1, L, r) @ R).reshape(-1, L * r)      # h_l -> R^T h_l, as the nodes' xi_l
+        Fx_rot, ev_rot = _solver_map(params, rotate_nodes(points, R, params), ov_rot, warm_rot, True,
+                                     RANK2_APPROXIMATION)
+        assert float(ev_rot.prox_unconverged) == 0.0
+        x_rot = ravel_pytree(ov_rot)[0]
+        # the residual back in the gauge frame (the overlaps' rotation is linear)
+        back = ravel_pytree(rotate_overlaps(unravel(Fx_rot - x_rot), R.T))[0]
+        scale = np.maximum(1.0, np.abs(np.asarray(x)))
+        assert (np.abs(np.asarray(back)) / scale)[free].max() < 1e-6
+        np.testing.assert_allclose(np.asarray(back)[gauge], np.asarray(Fx - x)[gauge], rtol=1e-6, atol=1e-12)
+
+        # the gauge equation's residual is the finite rule's symmetry breaking: within its quadrature error
+        k, nb = 4, n_pts // 4
+        blocks = np.stack([np.asarray(_solver_map(params, points[b * nb:(b + 1) * nb], res.overlaps,
+                                                  warm[b * nb:(b + 1) * nb], True, RANK2_APPROXIMATION)[0])
+                           for b in range(k)])
+        err = 3.18 * blocks.std(axis=0, ddof=1) / np.sqrt(k)     # 95% (t, 3 degrees of freedom)
+        assert np.all(np.abs(np.asarray(Fx - x)[gauge]) < err[gauge])
 
 
 @pytest.mark.slow
 def test_experiments_approach_theory_with_d():
-    """Seed-mean test error of the positional-init runs approaches the SE with d (d = 100 vs 400)."""
-    from phasejax.extensions.rank2 import rank2_theory
+    """Positional-init rank-2 students at alpha = 1.3 (L-BFGS, 6 seeds, d = 100 and 400) all converge and, like
+    every init (docs/extensions/rank2.md), leave the positional subspace for the mixed fixed point (theta well
+    above zero): at d = 400 their seed-mean test error agrees with the mixed SE within 2 standard errors plus the
+    SE's 95% quadrature error, and excludes the positional SE; the seeds' spread shrinks with d."""
+    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
+    from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.quadrature import SobolRule
 
-    th = rank2_theory((1.3,), (0.3,), quadrature=SobolRule.create(6, 8, 4))
-    pos = (th["init"] == "positional")
-    devs = []
-    for d in (100, 400):
-        runs = train_rank2((1.3,), (0.3,), (0, 1, 2), d=d, inits=("positional",))
-        devs.append(abs(np.mean(runs["test_error"]) / th["test_error"][pos][0] - 1))
-    assert devs[1] < devs[0] or devs[1] < 0.05
+    params = rank2_params(1.3, 0.3)
+    with float64_scope():
+        theory = {name: solve_state_evolution(params, rank2_init(name, params), SobolRule.create(6, lg, 4),
+                                              EXTENSION_SE_CONFIG, RANK2_APPROXIMATION)
+                  for name, lg in (("mixed", 10), ("positional", 8))}
+    assert all(t.status_name == "converged" for t in theory.values())
+    th = {k: (float(t.test_error), float(t.errors.test_error)) for k, t in theory.items()}
+    seeds = tuple(range(6))
+    runs = {d: train_rank2((1.3,), (0.3,), seeds, d=d, inits=("positional",)) for d in (100, 400)}
+    for r in runs.values():
+        assert np.all(r["status"] == "converged")
+    big = runs[400]
+    sem = lambda v: np.std(v, ddof=1) / np.sqrt(len(v))  # noqa: E731
+    assert np.mean(big["theta"]) > 5 * sem(big["theta"])         # a semantic component: not the positional branch
+    mean, se = np.mean(big["test_error"]), sem(big["test_error"])
+    assert abs(mean - th["mixed"][0]) < 2 * se + th["mixed"][1]
+    assert abs(mean - th["positional"][0]) > 2 * se + th["positional"][1]
+    assert np.std(big["test_error"], ddof=1) < np.std(runs[100]["test_error"], ddof=1)
 
 
 @pytest.mark.slow
-def test_smoothed_selection_converges_where_the_hard_one_stops():
+def test_smoothed_selection_moves_the_fixed_point_less_than_its_errors():
     """Rank-2 semantic solve at alpha = 2.3 (the first, cold point of the preset's semantic row) on the preset's
-    2^11-point rule: with the hard selection of each node's prox minimum it stops at the iteration cap (the
-    finite rule's map jumps); with `RANK2_APPROXIMATION` (`tie_width = 1e-3`) it converges, to a training loss
-    inside the stopped solve's uncertainty and equal at tie_width 1e-3 and 3e-4 within the quadrature errors
-    (theory notes, section 8.5)."""
+    2^11-point rule, with the hard selection of each node's prox minimum and with `RANK2_APPROXIMATION`
+    (`tie_width = 1e-3`) and `tie_width = 3e-4`: all three converge here (cold at alpha = 1.3 both selections
+    stop at the cap, residuals 0.019 hard and 0.035 blended; the row reaches 1.3 warm), and the blend's training
+    loss and test error differ from the hard selection's by less than its 95% quadrature error, and by less at
+    the smaller width (the blend's bias vanishes with `tie_width`, theory notes section 8.5; measured: `e_t`
+    shifts 1.4e-6 and 4.7e-7 against an error of 1.6e-5)."""
     import dataclasses
 
-    from phasejax.extensions.framework import EXTENSION_SE_CONFIG, resolved_rows
+    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
     from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.quadrature import SobolRule
 
@@ -216,13 +292,8 @@ def test_smoothed_selection_converges_where_the_hard_one_stops():
         soft = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG, RANK2_APPROXIMATION)
         finer = solve_state_evolution(params, init, rule, EXTENSION_SE_CONFIG,
                                       dataclasses.replace(RANK2_APPROXIMATION, tie_width=3e-4))
-    assert hard.status_name == "max_iterations"
-    assert soft.status_name == "converged" and finer.status_name == "converged"
-    table = {k: np.asarray([v]) for k, v in dict(
-        converged=False, train_loss=float(hard.train_loss), train_loss_err=float(hard.errors.train_loss),
-        energetic_loss=float(hard.energetic_loss), status="max_iterations",
-        solver_shift=0.0).items()}
-    _, unc = resolved_rows(table)
-    assert abs(float(soft.train_loss) - float(hard.train_loss)) < unc[0]
-    both = float(soft.errors.train_loss) + float(finer.errors.train_loss)
-    assert abs(float(soft.train_loss) - float(finer.train_loss)) < both
+    assert [r.status_name for r in (hard, soft, finer)] == ["converged"] * 3
+    for key in ("train_loss", "test_error"):
+        shift = {w: abs(float(getattr(r, key)) - float(getattr(hard, key))) for w, r in ((1e-3, soft), (3e-4, finer))}
+        assert shift[1e-3] < float(getattr(hard.errors, key))      # less than the hard solve's own 95% error
+        assert shift[3e-4] < shift[1e-3]                            # and less at the smaller width
