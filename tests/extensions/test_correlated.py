@@ -206,8 +206,10 @@ def test_vmapped_training_equals_one_by_one():
     for i, rho in enumerate((0.0, 0.9)):
         one = train_correlated((1.5,), (rho,), (0,), params=params, d=60, inits=("positional",),
                                options=RunOptions(progress=False, chunk_size=1))
+        # float32 L-BFGS to an RMS gradient of 1e-6: a vmapped and a single run sum in different orders and stop
+        # at slightly different points, a few 1e-6 apart (m_cluster, near 0, shows it: -0.002713 vs -0.002710)
         for k in ("train_loss", "m", "m_cluster", "q"):
-            np.testing.assert_allclose(both[k][i], one[k][0], rtol=2e-4, atol=1e-6)
+            np.testing.assert_allclose(both[k][i], one[k][0], rtol=2e-4, atol=1e-5)
 
 
 @pytest.mark.slow
