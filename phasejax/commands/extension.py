@@ -141,21 +141,11 @@ def add_replicon(result, problem, *, progress: bool = True):
 
     from phasejax.extensions.stability import replicon_summary, with_replicon
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(result.theory["alpha"]), desc="replicon", unit="row", leave=False)
-
-    def tick(done, total):
-        if bar is not None:
-            bar.update(done - bar.n)
-
-    try:
-        theory = with_replicon(result.theory, problem, progress=tick)
-    finally:
-        if bar is not None:
-            bar.close()
+    with tqdm(total=len(result.theory["alpha"]), desc="replicon", unit="row", leave=False,
+              disable=not progress) as bar:
+        theory = with_replicon(result.theory, problem, progress=lambda done, total: bar.update(done - bar.n))
     return dataclasses.replace(result, theory=theory, summary=dict(result.summary, replicon=replicon_summary(theory)))
 
 

@@ -103,11 +103,16 @@ def reversed_rule(rule: Quadrature, params: TiedAttentionParams) -> Quadrature:
     return Quadrature(points=jnp.concatenate([xi, eta], axis=1), weights=rule.weights)
 
 
+def general_L_rule(params: TiedAttentionParams, log2_n: int, n_replicas: int) -> SobolRule:
+    """Scrambled Sobol in the `L (r + t)` dimensions of `params`: `2^log2_n` points, `n_replicas` replicas."""
+    return SobolRule.create(params.L * (params.r + params.t), log2_n=log2_n, n_replicas=n_replicas)
+
+
 def theory_curve(alphas, omega: float, params: TiedAttentionParams, *, log2_n: int = 11, n_replicas: int = 4,
                  options: RunOptions | None = None) -> PhaseDiagram | None:
     """Both branches along `alphas` at one `omega` (one continuation track per subspace), with `alpha_c`,
-    `alpha_l` where they fall in the grid; quadrature `SobolRule.create(L (r + t), log2_n, n_replicas)`."""
-    rule = SobolRule.create(params.L * (params.r + params.t), log2_n=log2_n, n_replicas=n_replicas)
+    `alpha_l` where they fall in the grid; quadrature `general_L_rule`."""
+    rule = general_L_rule(params, log2_n, n_replicas)
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES})
     return phase_diagram(PhaseGrid.from_ranges(alphas, (omega,)), params, quadrature=rule, config=config,
                          options=options)
@@ -226,8 +231,7 @@ def replicon_problem(P: dict):
     problems = {}
     for setting, sigma in P["sigmas"].items():
         params = general_L_params(sigma=tuple(sigma))
-        problems[setting] = (params, SobolRule.create(params.L * (params.r + params.t), log2_n=P["log2_n"],
-                                                      n_replicas=P["n_replicas"]))
+        problems[setting] = (params, general_L_rule(params, P["log2_n"], P["n_replicas"]))
     return lambda row: problems[str(row["sigma_setting"])]
 
 

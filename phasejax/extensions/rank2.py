@@ -244,11 +244,17 @@ def global_minimum_summary(theory: dict) -> list[dict]:
                                      theory["branch"][sel], theory["train_loss"][sel])]
 
 
+def preset_rule(P: dict) -> SobolRule:
+    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
+    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it)."""
+    return SobolRule.create(6, P["log2_n"], P["n_replicas"])
+
+
 def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
     """Theory (three inits on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (three inits on
     `run_alphas x run_omegas x seeds` at each of `dims`) of the preset `P`, resumable under `run_dir`."""
     params = rank2_params()
-    rule = SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    rule = preset_rule(P)
     theory = rank2_theory(P["alphas"], P["omegas"], params=params, quadrature=rule,
                           options=sub_options(run_dir, "theory", progress, 1))
     runs = concat_tables([train_rank2(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
@@ -260,7 +266,7 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
 def replicon_problem(P: dict):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `rank2_params()` and the Sobol
     rule they were solved with."""
-    params, rule = rank2_params(), SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    params, rule = rank2_params(), preset_rule(P)
     return lambda row: (params, rule)
 
 

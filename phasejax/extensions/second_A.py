@@ -192,13 +192,20 @@ def plot(outputs: ExtensionResult, standard: dict | None = None, omega: float = 
     return fig
 
 
+def preset_rule(P: dict):
+    """The preset `P`'s quadrature: scrambled Sobol in 4 dimensions (`2^log2_n` points, `n_replicas` replicas), or
+    the default scheme (`None`) where `log2_n` is None. Its theory rows are solved with it, and their replicon
+    computed with it."""
+    return None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
+
+
 def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
             tied: dict | None = None) -> ExtensionResult:
     """Theory (phase diagram of the second `A` on `alphas x omegas`), students at `train_omega` (both inits,
     `train_alphas x seeds` at each of `ds`) of the preset `P`, resumable under `run_dir`; `tied`: the standard
     `A`'s thresholds to compare with (default `tied_thresholds()`)."""
     params = second_A_params()
-    rule = None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
+    rule = preset_rule(P)
     pd = theory_diagram(P["alphas"], P["omegas"], params, quadrature=rule,
                         options=sub_options(run_dir, "theory", progress, 4))
     theory, thresholds = diagram_tables(pd)
@@ -217,7 +224,7 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
 def replicon_problem(P: dict):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `second_A_params()` and the rule
     they were solved with (the default scheme where `log2_n` is None)."""
-    rule = None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
+    rule = preset_rule(P)
     params = second_A_params()
     return lambda row: (params, rule)
 

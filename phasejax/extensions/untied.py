@@ -168,13 +168,19 @@ RUNS_FIRST = ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_l
 """Leading columns of `runs.csv` (the query-side overlaps with the tied model's names first)."""
 
 
+def preset_rule(P: dict) -> SobolRule:
+    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
+    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it)."""
+    return SobolRule.create(6, P["log2_n"], P["n_replicas"])
+
+
 def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
             tied: dict | None = None) -> ExtensionResult:
     """Theory (both branches on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (both inits on
     `run_alphas x run_omegas x seeds` at each of `dims`) of the preset `P`, resumable under `run_dir`; `tied`:
     the tied model's thresholds to compare with (default `tied_thresholds()`)."""
     params = untied_params()
-    rule = SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    rule = preset_rule(P)
     theory = untied_theory(P["alphas"], P["omegas"], params=params, quadrature=rule,
                            options=sub_options(run_dir, "theory", progress, 1))
     runs = concat_tables([train_untied(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
@@ -187,7 +193,7 @@ def replicon_problem(P: dict):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `untied_params()` (the untied
     student is a function of the two fields `(h_Q, h_K)`, so the replicon of the main model applies) and the
     Sobol rule they were solved with."""
-    params, rule = untied_params(), SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    params, rule = untied_params(), preset_rule(P)
     return lambda row: (params, rule)
 
 

@@ -621,18 +621,12 @@ def add_replicon(pd: PhaseDiagram, params: TiedAttentionParams, *, quadrature=No
     if columns is not None:
         cols = {k: np.asarray(columns[k], float) for k in REPLICON_COLUMNS}
     else:
-        validate_params(params)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
+        from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(pts["alpha"]), desc="replicon", unit="point")
-        try:
+        validate_params(params)
+        with tqdm(total=len(pts["alpha"]), desc="replicon", unit="point", disable=not progress) as bar:
             cols = replicon_table(pts, lambda row: (params, quadrature),
-                                  progress=None if bar is None else (lambda done, total: bar.update(done - bar.n)))
-        finally:
-            if bar is not None:
-                bar.close()
+                                  progress=lambda done, total: bar.update(done - bar.n))
     pts.update(cols)
     table, thresholds = derive_table(pd.grid, pts, np.asarray(pd.table["eps_lin"], float)[:, 0])
     pts["verdict"] = point_verdicts(pd.grid, pts, np.stack([table["verdict_positional"],
