@@ -33,6 +33,7 @@ import numpy as np
 from phasejax.bundle import BundleFile, ResultBundle, read_bundle, read_file
 from phasejax.io import read_json
 from phasejax.phase import PHASE_BRANCHES, alpha_c_with_error, crossing_status, first_downcrossing, root_with_error
+from phasejax.phase.thresholds import bracket_error
 from phasejax.precision import float64_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_chunked, run_options
@@ -489,8 +490,9 @@ N_BOOT = 2000
 def empirical_alpha_c(alphas, delta, reference=None, *, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """`alpha_c` where the seed mean of `delta (n_seeds, n_alpha)` (e.g. `e_t(semantic) - e_t(positional)`,
     `paired_gap`) crosses zero downwards (`phasejax.phase.first_downcrossing`), with its 95% error (half the
-    2.5-97.5% range of `n_boot` resamples of the seeds with replacement; NaN when fewer than half of them cross
-    in the grid, or with one seed) and status.
+    2.5-97.5% range of `n_boot` resamples of the seeds with replacement, with the bracket around the crossing
+    added on fewer than 4 alphas, `phasejax.phase.thresholds.bracket_error`; NaN when fewer than half of them
+    cross in the grid, or with one seed) and status.
 
     With `reference` (another `(n_seeds, n_alpha)` table of the same seeds, e.g. an uncorrelated baseline) also
     the paired `shift = alpha_c - alpha_c(reference)` and its error from the same resamples."""
@@ -507,7 +509,10 @@ def empirical_alpha_c(alphas, delta, reference=None, *, n_boot: int = N_BOOT, se
         lo, hi = np.percentile(samples[ok], [2.5, 97.5])
         return float((hi - lo) / 2)
 
-    out = dict(alpha_c=root(delta), alpha_c_err=half_width(boot), alpha_c_status=crossing_status(mean))
+    ac = root(delta)
+    # on fewer than MIN_FIT_POINTS alphas the interpolation error is the bracket around the crossing
+    out = dict(alpha_c=ac, alpha_c_err=float(np.hypot(half_width(boot), bracket_error(alphas, ac))),
+               alpha_c_status=crossing_status(mean))
     if reference is not None:
         reference = np.asarray(reference, float)
         out["shift"] = out["alpha_c"] - root(reference)

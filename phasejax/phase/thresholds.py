@@ -11,9 +11,13 @@ the sign change (not at the grid spacing). Each threshold comes with an
 error (`*_with_error`): the quadrature part is the spread of the roots of the
 curve shifted up and down by its error bars (exact also where the curve is
 flat), the interpolation part the difference between the cubic and the
-quadratic root; they are added in quadrature. A status says whether the
-threshold lies in the grid, below it (the crossing happened before the first
-alpha), above it (not yet at the last alpha) or cannot be told.
+quadratic root; they are added in quadrature. On a grid with fewer than
+`MIN_FIT_POINTS` valid points the two fits cannot be compared (with 2 or 3
+points both are the same line or parabola), so the interpolation part is the
+whole bracket: the distance from the root to the farther of the two grid
+points around the sign change, where the root certainly lies. A status says
+whether the threshold lies in the grid, below it (the crossing happened before
+the first alpha), above it (not yet at the last alpha) or cannot be told.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 IN_GRID, BELOW_GRID, ABOVE_GRID, UNDETERMINED = "in_grid", "below_grid", "above_grid", "undetermined"
+
+MIN_FIT_POINTS = 4
+"""The fewest valid grid points for which a root's interpolation error is the cubic-vs-quadratic difference;
+on fewer the error is the bracket around the sign change (`bracket_error`)."""
 
 
 def _local_root(x: np.ndarray, y: np.ndarray, i: int, degree: int = 3) -> float:
@@ -53,6 +61,19 @@ def _crossing(x, y, valid, down: bool, degree: int = 3) -> float:
     return float("nan")
 
 
+def bracket_error(x, root: float, valid=None) -> float:
+    """Interpolation error of a `root` found on the grid `x` when the grid holds fewer than `MIN_FIT_POINTS` valid
+    points: the distance from `root` to the farther of the two valid grid points around it (0 on a finer grid,
+    where the cubic-vs-quadratic difference measures it)."""
+    x = np.asarray(x, float)
+    valid = np.ones_like(x, bool) if valid is None else np.asarray(valid, bool)
+    xs = np.sort(x[valid])
+    if xs.size >= MIN_FIT_POINTS or not np.isfinite(root) or xs.size < 2:
+        return 0.0
+    i = int(np.clip(np.searchsorted(xs, root) - 1, 0, xs.size - 2))
+    return float(max(root - xs[i], xs[i + 1] - root))
+
+
 def first_downcrossing(x, y, valid=None) -> float:
     """First `x` where `y` goes from >= 0 to < 0, by a local cubic fit; NaN if none. Only `valid` points are used."""
     return _crossing(x, y, valid, down=True)
@@ -82,9 +103,11 @@ def root_with_error(x, y, dy, valid=None) -> tuple[float, float, str]:
 
     `dy (n,)` are error bars of `y` (NaN: none). The error combines the spread
     of the roots of `y - dy` and `y + dy` around the root (the quadrature part)
-    and the cubic-vs-quadratic root difference (interpolation); infinite when
-    a shifted curve has no crossing in the grid (the data cannot place the
-    threshold that precisely). NaN root and error when not in the grid.
+    and the cubic-vs-quadratic root difference (interpolation; on fewer than
+    `MIN_FIT_POINTS` valid points the bracket around the sign change,
+    `bracket_error`); infinite when a shifted curve has no crossing in the grid
+    (the data cannot place the threshold that precisely). NaN root and error
+    when not in the grid.
     """
     y = np.asarray(y, float)
     dy = np.where(np.isfinite(np.asarray(dy, float)), np.asarray(dy, float), 0.0)
@@ -96,7 +119,8 @@ def root_with_error(x, y, dy, valid=None) -> tuple[float, float, str]:
     for shifted in (y - dy, y + dy):
         r = first_downcrossing(x, shifted, valid)
         quad = max(quad, abs(r - root)) if np.isfinite(r) else float("inf")
-    interp = abs(root - _crossing(x, y, valid, down=True, degree=2))
+    valid_y = np.isfinite(y) if valid is None else (np.asarray(valid, bool) & np.isfinite(y))
+    interp = max(abs(root - _crossing(x, y, valid, down=True, degree=2)), bracket_error(x, root, valid_y))
     return root, float(np.hypot(quad, interp)), status
 
 
@@ -146,8 +170,9 @@ def alpha_l(alphas, err_positional, err_semantic, e_positional, e_semantic, eps_
 
 def alpha_l_with_error(alphas, err_positional, err_semantic, e_positional, e_semantic, eps_lin,
                        err_positional_err, err_semantic_err, valid=None) -> tuple[float, float, str]:
-    """`alpha_l` with its error and status: the test-error curves shifted by their error bars (and the
-    interpolation degree) move the root; statuses as `crossing_status` of the global gap."""
+    """`alpha_l` with its error and status: the test-error curves shifted by their error bars move the root (on
+    fewer than `MIN_FIT_POINTS` valid alphas the bracket around it is added, `bracket_error`); statuses as
+    `crossing_status` of the global gap."""
     a = np.asarray(alphas, float)
     validb = np.ones_like(a, bool) if valid is None else np.asarray(valid, bool)
     ep, es = np.asarray(err_positional, float), np.asarray(err_semantic, float)
@@ -163,4 +188,5 @@ def alpha_l_with_error(alphas, err_positional, err_semantic, e_positional, e_sem
     for sign in (-1.0, 1.0):
         r = alpha_l(a, ep + sign * dp, es + sign * ds, e_positional, e_semantic, eps_lin, validb)
         spread = max(spread, abs(r - root)) if np.isfinite(r) else float("inf")
-    return root, float(spread), IN_GRID
+    usable = validb & np.isfinite(d) & np.isfinite(gap)
+    return root, float(np.hypot(spread, bracket_error(a, root, usable))), IN_GRID

@@ -56,3 +56,33 @@ def test_error_of_a_root_follows_the_error_bars_and_the_slope():
     # error bars larger than the curve's range inside the grid: the root cannot be placed
     _, err_big, _ = root_with_error(x, y, np.full_like(x, 0.05))
     assert err_big == np.inf
+
+
+@pytest.mark.parametrize("alphas", [(1.0, 2.0), (1.0, 1.5, 2.0), (0.5, 1.0, 2.0)])
+@pytest.mark.parametrize("curve", [lambda x: np.exp(-3 * (x - 1)) - np.exp(-3 * 0.2513),
+                                   lambda x: 0.02 * (1.2513 - x) * (1 + 4 * (x - 1) ** 2),
+                                   lambda x: np.tanh(1.2513 - x)])
+def test_a_threshold_on_a_coarse_grid_carries_an_error_that_covers_the_truth(alphas, curve):
+    """On 2 or 3 alphas the cubic and the quadratic fit are the same curve, so their difference (the
+    interpolation error) used to be 0: `alpha_c = 1.1481 +- 0.0006` for a root at 1.2513. The error now covers
+    the root."""
+    x = np.asarray(alphas)
+    y = curve(x)
+    root, err, status = root_with_error(x, y, np.zeros_like(x))
+    assert status == "in_grid" and np.isfinite(err)
+    assert abs(root - 1.2513) <= err, (root, err)
+    # the same through alpha_c (e_sem - e_pos) and alpha_l (the semantic branch the global minimum throughout, its test error crossing the baseline)
+    root, err, _ = alpha_c_with_error(x, np.zeros_like(x), y, np.zeros_like(x))
+    assert abs(root - 1.2513) <= err
+    from phasejax.phase import alpha_l_with_error
+
+    big = np.ones_like(x)
+    root, err, _ = alpha_l_with_error(x, big, 0.4 + y, big, 0 * big, 0.4, np.zeros_like(x), np.zeros_like(x))
+    assert abs(root - 1.2513) <= err, (root, err)
+
+
+def test_a_fine_grid_keeps_the_cubic_versus_quadratic_error():
+    x = np.linspace(0.5, 2.0, 7)
+    y = np.tanh(1.2513 - x)
+    root, err, _ = root_with_error(x, y, np.zeros_like(x))
+    assert abs(root - 1.2513) <= err < 0.05
