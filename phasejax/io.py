@@ -35,20 +35,25 @@ Table = dict[str, np.ndarray]
 
 
 def atomic_write_bytes(path: str, data: bytes) -> str:
-    """Write `data` to `path` atomically (temporary file in the same folder, fsync, `os.replace`); returns `path`."""
+    """Write `data` to `path` atomically (temporary file in the same folder, fsync, `os.replace`); returns `path`.
+
+    An `OSError` (a full disk, a read-only folder) names `path`, not the temporary file."""
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
         raise
     return path
 
@@ -58,29 +63,65 @@ def atomic_write_text(path: str, text: str) -> str:
     return atomic_write_bytes(path, text.encode())
 
 
-def _json_default(obj):
+def json_ready(obj):
+    """`obj` as strict JSON data: numpy scalars and arrays as Python numbers and lists, tuples as lists, keys as
+    strings, and NaN / inf as `None` (JSON has no NaN: every file phasejax writes is strict JSON, a missing or
+    non-finite number is `null`). Other objects are left for the encoder.
+
+    >>> json_ready({"a": (1.0, float("nan")), "b": np.float32(2.5)})
+    {'a': [1.0, None], 'b': 2.5}
+    """
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [json_ready(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
     if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def _json_default(obj):
     return str(obj)
 
 
 def to_json(obj) -> str:
-    """Indented, key-sorted JSON of `obj` (numpy scalars and arrays become plain numbers and lists)."""
-    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
+    """Indented, key-sorted, strict JSON of `obj` (`json_ready`: numpy values as plain numbers and lists, NaN and
+    inf as `null`)."""
+    return json.dumps(json_ready(obj), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
+
+
+def json_line(obj) -> str:
+    """One line of strict JSON (`json_ready`; for commands that print a JSON line per result)."""
+    return json.dumps(json_ready(obj), allow_nan=False, default=_json_default)
 
 
 def atomic_write_json(path: str, obj) -> str:
-    """Write `obj` as indented, key-sorted JSON to `path` atomically; returns `path`."""
+    """Write `obj` as indented, key-sorted, strict JSON (`to_json`) to `path` atomically; returns `path`."""
     return atomic_write_text(path, to_json(obj))
 
 
+def number(value) -> float:
+    """A number read from JSON as a float: `null` (how phasejax writes NaN and inf) becomes NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def _read_text(path: str) -> str:
+    """The text of `path` (UTF-8); `ValueError` naming the file when it is not text."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a text file (byte {e.start} is not UTF-8); it is damaged or of another "
+                         "kind") from None
+
+
 def read_json(path: str, *, kind: type | None = None):
-    """Load a JSON file; `ValueError` naming the file when it is empty or not JSON, or (with `kind`, e.g. `dict`)
-    when its top level is not of that type."""
-    with open(path) as fh:
-        text = fh.read()
+    """Load a JSON file; `ValueError` naming the file when it is empty, not text or not JSON, or (with `kind`, e.g.
+    `dict`) when its top level is not of that type. Files of older versions that hold bare `NaN` / `Infinity`
+    are read too (as float NaN / inf); phasejax writes `null` for them now."""
+    text = _read_text(path)
     try:
         obj = json.loads(text)
     except ValueError as e:
@@ -90,6 +131,11 @@ def read_json(path: str, *, kind: type | None = None):
         raise ValueError(f"{path} must hold a JSON {'object' if kind is dict else kind.__name__}, "
                          f"got a {type(obj).__name__}")
     return obj
+
+
+def concat_tables(tables: Sequence[Mapping[str, Sequence]]) -> Table:
+    """Row-concatenate tables (dicts of equal-length columns) with the same columns, in the first one's order."""
+    return {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in tables[0]}
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> str:
@@ -166,11 +212,10 @@ def read_csv(path: str, required: Mapping[str, str] | Sequence[str] | None = Non
     of `COLUMN_KINDS` each column must parse as (`"abc"` in a `number` column is a `ValueError` naming the file,
     the column and the line). `min_rows`: the fewest data rows accepted.
     """
-    with open(path, newline="") as fh:
-        try:
-            rows = list(csv.reader(fh))
-        except csv.Error as e:
-            raise ValueError(f"{path} is not a readable CSV ({e})") from None
+    try:
+        rows = list(csv.reader(_stdlib_io.StringIO(_read_text(path), newline="")))
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a readable CSV ({e})") from None
     if not rows:
         raise ValueError(f"{path} is empty (no header)")
     header, body = rows[0], rows[1:]

@@ -8,7 +8,6 @@ subspace gain), sorted by training loss; the first is the branch.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from phasejax.commands.argtypes import finite_float, nonnegative_float, positive_float, unit_interval
@@ -36,6 +35,7 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax import float64_scope
+    from phasejax.io import json_line
     from phasejax.theory import fixed_point_census, make_params, result_columns
 
     params = make_params(args.alpha, args.omega, sigma=args.sigma, lam=args.lam, A=np.asarray(args.A).reshape(2, 2))
@@ -52,7 +52,7 @@ def run(args) -> int:
         for k in keys:
             row[k], row[k + "_err"] = float(cols[k][i]), float(cols[k + "_err"][i])
         row.update(stability=float(cols["stability"][i]), subspace_gain=float(cols["subspace_gain"][i]))
-        print(json.dumps(row))
+        print(json_line(row))
     if not idx:
-        print(json.dumps(dict(alpha=args.alpha, omega=args.omega, subspace=args.branch, found=0)))
+        print(json_line(dict(alpha=args.alpha, omega=args.omega, subspace=args.branch, found=0)))
     return 0

@@ -13,7 +13,6 @@ r, t > 1); m is the first entry of m. Default quadrature: the converged adapted 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from phasejax.commands.argtypes import (
@@ -95,6 +94,7 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax import float64_scope
+    from phasejax.io import json_line
     from phasejax.solvers import status_name
     from phasejax.theory import MapApproximation, SEConfig, make_params, result_columns
 
@@ -126,7 +126,7 @@ def run(args) -> int:
         if not row["converged"]:
             failed.append(f"alpha={row['alpha']:g} omega={row['omega']:g}: {row['status']} "
                           f"(residual {row['residual']:.1e})")
-        print(json.dumps(row), flush=True)
+        print(json_line(row), flush=True)
     if failed:
         print(f"phasejax solve: error: {len(failed)} of {alpha.shape[0]} points did not converge: "
               + "; ".join(failed), file=sys.stderr)

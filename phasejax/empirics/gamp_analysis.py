@@ -291,6 +291,9 @@ def se_references(params, path: str | None = None) -> dict:
     key = se_reference_key(params)
     if path is not None and os.path.exists(path):
         cached = read_json(path)
+        for branch in BRANCHES:    # JSON writes NaN as null: back to NaN
+            if isinstance(cached.get(branch), dict):
+                cached[branch] = {k: float("nan") if v is None else v for k, v in cached[branch].items()}
         if cached.get("params") == key:
             if all("replicon" in cached.get(b, {}) for b in BRANCHES):
                 return cached

@@ -32,25 +32,6 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
-def concat_tables(tables: list[dict]) -> dict:
-    """Concatenate column dicts with the same keys."""
-    keys = list(tables[0])
-    return {k: np.concatenate([np.asarray(t[k]) for t in tables]) for k in keys}
-
-
-def json_ready(obj):
-    """`obj` with numpy scalars / arrays as Python numbers / lists, tuples as lists, and NaN / inf as `None`."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [json_ready(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
-    if isinstance(obj, (np.generic,)):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
-
-
 def mean_se(values) -> tuple[float, float]:
     """Mean and standard error of the finite entries of `values` (NaN where there are none, s.e. NaN for one)."""
     v = np.asarray(values, float)

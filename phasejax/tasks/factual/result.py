@@ -11,7 +11,8 @@ import numpy as np
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_options
-from phasejax.tasks._common import concat_tables, json_ready, mean_se
+from phasejax.io import concat_tables, json_ready
+from phasejax.tasks._common import mean_se
 from phasejax.tasks.factual.data import MODEL_KINDS, FactualTask, model_kind
 from phasejax.tasks.factual.model import factual_parameter_count
 from phasejax.tasks.factual.sweep import FactualGrid, factual_sweep

@@ -10,7 +10,8 @@ import numpy as np
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.solvers import status_code, status_names
 from phasejax.sweep import RunOptions, run_options
-from phasejax.tasks._common import F32, concat_tables, json_ready
+from phasejax.io import concat_tables, json_ready
+from phasejax.tasks._common import F32
 from phasejax.tasks.memory.capacity import fit_power_law, predicted_capacity
 from phasejax.tasks.memory.data import RECALL_THRESHOLD, outputs_label
 from phasejax.tasks.memory.sweep import (
