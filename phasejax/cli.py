@@ -71,31 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def use_compilation_cache() -> str | None:
-    """Point JAX's persistent compilation cache at `$XDG_CACHE_HOME/phasejax/jax` (default `~/.cache/...`) for
-    this command's process, unless `JAX_COMPILATION_CACHE_DIR` is set (then JAX uses it) or
-    `PHASEJAX_COMPILE_CACHE=0`. A command run a second time with the same shapes loads its compiled programs
-    instead of compiling them again (a default `phasejax solve`: about half of its first-call time is XLA
-    compilation). Only the command line does this; importing the library leaves JAX's configuration alone.
-    Returns the directory used (None: off)."""
-    import os
-
-    if os.environ.get("PHASEJAX_COMPILE_CACHE", "1") == "0":
-        return None
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return os.environ["JAX_COMPILATION_CACHE_DIR"]
-    import jax
-
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "phasejax", "jax")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None           # an unwritable home: run without the cache
-    jax.config.update("jax_compilation_cache_dir", path)
-    return path
-
-
 def error_line(exc: BaseException) -> tuple[int, str] | None:
     """`(exit code, message)` for an error a user can cause (None: a defect, shown with its traceback).
 
@@ -116,7 +91,15 @@ def error_line(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return 2, f"{exc.strerror}: {exc.filename}" if exc.filename else text
     if isinstance(exc, OSError):
-        return 1, (f"{exc.strerror}: {exc.filename}" if exc.filename else text) + "; check the path and the disk"
+        import errno
+
+        where = f"{exc.strerror}: {exc.filename}" if exc.filename else text
+        if exc.errno == errno.ENOSPC:
+            return 1, (f"no space left on the disk of {exc.filename}" if exc.filename else text) + \
+                "; free space there (finished chunks are kept: run again to resume), or pass another --out"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return 1, where + "; pass a writable --out (or --run-dir)"
+        return 1, where + "; check the path and the disk"
     if isinstance(exc, MemoryError):
         return 1, "out of memory; shrink the run (--chunk-size, or the grid's or the model's size)"
     if "RESOURCE_EXHAUSTED" in text:
@@ -125,53 +108,82 @@ def error_line(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def _report(args, found: tuple[int, str], debug: bool, claimed: str | None) -> int:
-    """Print the one-line error `found = (exit code, message)`; after a usage error (exit code 2) remove the
-    output folder `claimed` if this call created it and it holds nothing but the output marker."""
-    import os
-
-    from phasejax.commands.argtypes import OUTPUT_MARKER
-
+def _report(args, found: tuple[int, str], debug: bool) -> int:
+    """Print the one-line error `found = (exit code, message)` (and with `debug` the traceback)."""
     if debug:
         import traceback
 
         traceback.print_exc()
-    if found[0] == 2 and claimed is not None and os.path.isdir(claimed) and os.listdir(claimed) == [OUTPUT_MARKER]:
-        os.remove(os.path.join(claimed, OUTPUT_MARKER))
-        os.rmdir(claimed)
     print(f"phasejax {args.command}: error: {found[1]}", file=sys.stderr)
     return found[0]
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def interrupted_message(args) -> str:
+    """What Ctrl-C prints: where the finished chunks stay, for a command with a run directory."""
     import os
 
-    from phasejax.commands.argtypes import apply_host_devices
+    if hasattr(args, "run_dir"):
+        out = getattr(args, "out", None)
+        run_dir = args.run_dir or (os.path.join(out, "run") if isinstance(out, str) else None)
+        if run_dir:
+            return (f"phasejax {args.command}: interrupted; finished chunks stay in {run_dir}; run the same "
+                    "command again to resume")
+    return f"phasejax {args.command}: interrupted"
 
+
+def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of subcommand `command`."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
+def main(argv=None) -> int:
+    """Run `phasejax <argv>`; returns the exit code. The arguments are parsed (and usage errors reported) before
+    JAX is imported."""
+    import os
+
+    from phasejax.commands import _session
+    from phasejax.commands.argtypes import (apply_host_devices, guard_output, guard_replot, output_identity,
+                                            remove_if_only_marker)
+
+    argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("PHASEJAX_DEBUG", "0") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
-    apply_host_devices(argv)
-    if argv and argv[0] not in ("-h", "--help", "--version"):
-        use_compilation_cache()
-    args = build_parser().parse_args(argv)
-    claimed = None   # an output folder this call created: removed again if the run stops on a usage error
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    claimed = None   # an output folder this call created: removed again if the run stops before writing to it
+    code = 1
     try:
-        if getattr(args, "_guard_output", False) and not getattr(args, "replot", False) and args.out is not None:
-            from phasejax.commands.argtypes import guard_output, output_identity
-
-            claimed = None if os.path.exists(args.out) else args.out
-            guard_output(args.out, args.overwrite, output_identity(args))
-        return int(args._run(args) or 0)
+        sub = subparser(parser, args.command)
+        given = _session.explicit_flags(sub, argv[argv.index(args.command) + 1:])
+        _session.refuse_unused(sub, args, given)
+        args._given = frozenset(given)
+        if getattr(args, "out", None) is None and hasattr(args, "_out_default"):
+            args.out = args._out_default(args)
+        if getattr(args, "_guard_output", False) and args.out is not None:
+            if getattr(args, "replot", False):
+                guard_replot(args.out, args.overwrite, args.command)
+            else:
+                claimed = None if os.path.exists(args.out) else args.out
+                guard_output(args.out, args.overwrite, output_identity(args))
+        apply_host_devices(argv)
+        _session.use_compilation_cache()
+        notice = sys.stderr.isatty() and not getattr(args, "no_progress", False)
+        with _session.prompt_interrupts(interrupted_message(args)), _session.compile_notice(args.command, notice):
+            code = int(args._run(args) or 0)
+        return code
     except KeyboardInterrupt:
-        print(f"phasejax {args.command}: interrupted; finished chunks stay in the run directory, run the same "
-              "command again to resume", file=sys.stderr)
-        return 130
+        print(interrupted_message(args), file=sys.stderr)
+        code = 130
+        return code
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - sorted by error_line; defects are raised again
         found = error_line(exc)
         if found is None:
             raise
-        return _report(args, found, debug, claimed)
+        code = _report(args, found, debug)
+        return code
+    finally:
+        if claimed is not None and code != 0:
+            remove_if_only_marker(claimed)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,21 @@ def _replicon_overlay(ax, pd, a, w) -> None:
     ax.plot([], [], color="m", lw=2.5, label="replicon line (replicon = 1 at the global minimum)")
 
 
+def cell_edges(values, half_width: float) -> np.ndarray:
+    """Edges of the cells centred on the sorted grid `values (n,)`: midpoints between neighbours, the ends half a
+    spacing out; a grid of one value gets the cell `value -+ half_width` (the map of a one-row grid is drawn,
+    not left empty)."""
+    v = np.asarray(values, float)
+    if v.size == 1:
+        return np.asarray([v[0] - half_width, v[0] + half_width])
+    mid = 0.5 * (v[1:] + v[:-1])
+    return np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+
+
+MISSING_COLOUR = "0.75"
+"""Colour of the phase map's cells without a value (`Delta e_t` is NaN: a branch has no converged fixed point)."""
+
+
 def plot_phase_map(pd, path: str) -> str:
     """`(alpha, omega)` map of `Delta e_t = e_sem - e_pos` with `alpha_c`, `alpha_l` (error bars), the spinodals,
     and the replicon line (where the global minimum's replica-symmetric fixed point turns unstable, hatched).
@@ -68,9 +83,15 @@ def plot_phase_map(pd, path: str) -> str:
     lin = float(np.clip(lin, lim * 1e-5, lim * 1e-1))
     fig = Figure(figsize=(7.6, 5.4))
     ax = fig.subplots()
-    ax.set_facecolor("0.75")          # cells without a value show grey, never the white of Delta e_t ~ 0
-    mesh = ax.pcolormesh(a, w, d, shading="nearest", cmap="RdBu_r",
+    ax.set_facecolor(MISSING_COLOUR)   # cells without a value show grey, never the white of Delta e_t ~ 0
+    mesh = ax.pcolormesh(cell_edges(a, 0.1), cell_edges(w, 0.05), d, shading="flat", cmap="RdBu_r",
                          norm=SymLogNorm(linthresh=lin, vmin=-lim, vmax=lim, base=10))
+    extra = []                         # legend entries without an artist of their own
+    if not np.all(np.isfinite(d)):
+        from matplotlib.patches import Patch
+
+        extra.append(Patch(facecolor=MISSING_COLOUR, edgecolor="0.5",
+                           label=r"grey: no $\Delta e_t$ (a branch without a converged fixed point)"))
     cb = fig.colorbar(mesh, ax=ax, pad=0.02)
     cb.set_label(r"$\Delta e_t = e_t^{\rm sem} - e_t^{\rm pos}$ (symlog)" "\n"
                  r"red: positional is the global minimum, blue: semantic")
@@ -118,7 +139,9 @@ def plot_phase_map(pd, path: str) -> str:
     cfg = pd.config
     ax.set_title(rf"Tied attention, $L=2$: $\sigma={cfg['sigma'][0]:g}$, $\lambda={cfg['lam']:g}$, "
                  rf"$A={np.asarray(cfg['A']).round(2).tolist()}$", fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles + extra, labels + [h.get_label() for h in extra], loc="upper center",
+              bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
     return save_figure(fig, path)
 
 

@@ -76,7 +76,7 @@ def test_random_init_replot_recomputes_the_fractions_from_runs_csv(tmp_path):
 
     runs = _synthetic_runs((0.5, 1.0), (20,), (2,), 4, lambda k: (0, 0, 1, 2)[k % 4])   # init 2 = random
     write_runs_csv(runs, str(tmp_path / "runs.csv"))
-    assert main(["random-init", "--replot", "--out", str(tmp_path)]) == 0
+    assert main(["random-init", "--replot", "--overwrite", "--out", str(tmp_path)]) == 0
     table = read_csv(str(tmp_path / "fractions.csv"))
     np.testing.assert_allclose(table["positional"], [0.5, 0.5])
     np.testing.assert_allclose(table["semantic"], [0.25, 0.25])
@@ -93,7 +93,7 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
     runs["theta"][sel] = 0.13 * teacher_norms(runs["seed"][sel], 10)
     write_runs_csv(runs, str(tmp_path / "runs.csv"))
     atomic_write_json(str(tmp_path / "se.json"), dict(alpha=1.5, omega=0.3, m=0.25, theta=0.13))
-    assert main(["scaling", "--replot", "--out", str(tmp_path)]) == 0
+    assert main(["scaling", "--replot", "--overwrite", "--out", str(tmp_path)]) == 0
     table = read_csv(str(tmp_path / "summary.csv"))
     for key, code, d in (("m", 0, 40), ("theta", 1, 10)):
         row = (table["overlap"] == key) & (table["d"] == d)
@@ -107,6 +107,6 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
     # a NaN run leaves its d without an adjusted mean instead of stopping the summary
     runs["m"][np.flatnonzero((runs["init"] == 0) & (runs["d"] == 40))[0]] = np.nan
     write_runs_csv(runs, str(tmp_path / "runs.csv"))
-    assert main(["scaling", "--replot", "--out", str(tmp_path)]) == 0
+    assert main(["scaling", "--replot", "--overwrite", "--out", str(tmp_path)]) == 0
     table = read_csv(str(tmp_path / "summary.csv"))
     assert np.isnan(table["adj_mean"][(table["overlap"] == "m") & (table["d"] == 40)]).all()

@@ -409,12 +409,12 @@ def test_a_swapped_chunk_of_a_command_is_recomputed_and_the_csv_is_unchanged(tmp
             "--optimizer", "gd", "--max-steps", "5", "--n-test", "8", "--chunk-size", "2", "--no-progress",
             "--out", str(tmp_path / "out")]
     code, _, err = run_cli(argv)
-    assert code == 0, err
+    assert code == 1 and "none of the 4 runs converged" in err, err     # 5 GD steps: written, not converged
     runs = (tmp_path / "out" / "runs.csv").read_text()
     chunks = tmp_path / "out" / "run" / "chunks"
     shutil.copy(chunks / "chunk_00000.npz", chunks / "chunk_00001.npz")
     code, _, err = run_cli(argv)
-    assert code == 0, err
+    assert code == 1, err
     assert str(chunks / "chunk_00001.npz") in err and "is chunk 0 of this run, not chunk 1" in err
     assert (tmp_path / "out" / "runs.csv").read_text() == runs
 
@@ -439,3 +439,55 @@ def test_solve_point_by_point_gives_the_batch_fixed_points():
         np.testing.assert_allclose(cols[1][key], cols[0][key], rtol=1e-8, err_msg=key)
     assert np.all(cols[0]["converged"]) and np.all(cols[1]["converged"])
     assert np.all(cols[1]["residual"] < 1e-7)
+
+
+# ----------------------------------------------------------------------------
+# Every flag honoured or refused; one exit-code rule
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["fig2", "--replot", "--d", "77", "--seeds", "9", "--omega", "0.9"],
+     "--d, --omega, --seeds are not used by --replot"),
+    (["phase-diagram", "--n-alpha", "1", "--alpha-min", "1", "--alpha-max", "2"], "--alpha-max 2 would be dropped"),
+    (["phase-diagram", "--n-omega", "1", "--omega-min", "0.3", "--omega-max", "0.3", "--slice-omega", "0.9"],
+     "--slice-omega 0.9 is not an omega of the grid (0.3)"),
+    (["solve", "--alphas", "1", "--alpha", "2", "--omegas", "0.3"], "--alphas given more than once"),
+    (["solve", "--alphas", "1", "--alphas", "2", "--omegas", "0.3"], "--alphas given more than once"),
+    (["random-init", "--n-alpha", "1", "--alpha-max", "2"], "--alpha-max 2 would be dropped"),
+])
+def test_a_flag_that_would_be_ignored_is_refused(argv, needle, tmp_path, run_cli):
+    """`fig2 --replot --d 77 ...`, `--n-alpha 1` with `--alpha-max`, a `--slice-omega` off the grid and a flag
+    given twice used to be dropped silently (exit 0)."""
+    if argv[0] != "solve":
+        argv = [*argv, "--out", str(tmp_path / "out")]
+    code, out, err = run_cli(argv)
+    assert code == 2, err
+    assert needle in one_error_line(err, argv[0])
+    assert out == "" and snapshot(tmp_path) == {}
+
+
+class _FakeRuns:
+    """What `train_students` returns, with chosen statuses (no training)."""
+
+    def __init__(self, statuses):
+        n = len(statuses)
+        self.runs = dict(alpha=np.ones(n), converged=np.asarray(statuses) == 0, status=np.asarray(statuses))
+
+    def write(self, out):
+        return []
+
+
+@pytest.mark.parametrize("statuses,code,needle", [
+    ([1, 1], 1, "none of the 2 runs converged (max_iterations: 2)"),          # train --max-steps 20
+    ([4, 4], 1, "2 of 2 runs ended without a result (diverged: 2)"),          # train --learning-rate 1e30
+    ([0, 1], 0, None),                                                        # a run at its step cap is a result
+])
+def test_train_follows_the_exit_code_rule(monkeypatch, tmp_path, run_cli, statuses, code, needle):
+    """`train` exited 0 when no run converged or every run diverged; `solve` and `phase-diagram` exit 1 there."""
+    monkeypatch.setattr("phasejax.empirics.train_students", lambda *a, **k: _FakeRuns(statuses))
+    got, _, err = run_cli([*TINY_TRAIN, "--out", str(tmp_path / "out")])
+    assert got == code, err
+    if needle:
+        assert needle in one_error_line(err, "train")
+    assert (tmp_path / "out" / "summary.json").exists()                   # the files are written first

@@ -71,28 +71,48 @@ def open_unit_interval(text: str) -> float:
     return value
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, chunk_size: int = 16) -> None:
-    """The flags of `phasejax.sweep.RunOptions` shared by every sweep command."""
-    g = parser.add_argument_group("run options (resume, chunking, devices, multi-host)")
+def add_run_options(parser: argparse.ArgumentParser, *, chunk_size: int | None = 16, multi_host: bool = True,
+                    chunk_help: str = "tasks per compiled call (memory grows with it; the results do not change)"
+                    ) -> None:
+    """The flags of `phasejax.sweep.RunOptions` shared by every sweep command: `--run-dir`, `--chunk-size`,
+    `--host-devices`, `--no-progress`, and with `multi_host` `--process-index`, `--process-count`."""
+    g = parser.add_argument_group("run options (resume, chunking, devices" + (", multi-host)" if multi_host else ")"))
     g.add_argument("--run-dir", default=None,
                    help="folder for chunk files and config.json; re-running with the same flags resumes there; "
                         "default: <out>/run")
-    g.add_argument("--chunk-size", type=positive_int, default=chunk_size, help="tasks per compiled call")
+    g.add_argument("--chunk-size", type=positive_int, default=chunk_size, help=chunk_help)
     g.add_argument("--host-devices", type=positive_int, default=None,
                    help="simulate this many CPU devices (sets XLA_FLAGS before JAX starts)")
-    g.add_argument("--process-index", type=nonnegative_int, default=0, help="this process (multi-host runs)")
-    g.add_argument("--process-count", type=positive_int, default=1, help="number of processes (multi-host runs)")
-    g.add_argument("--no-progress", action="store_true",
-                   help="hide the progress bar (it is drawn only when stderr is a terminal)")
+    if multi_host:
+        g.add_argument("--process-index", type=nonnegative_int, default=0, help="this process (multi-host runs)")
+        g.add_argument("--process-count", type=positive_int, default=1,
+                       help="number of processes (multi-host runs)")
+    add_progress(g)
+
+
+def add_progress(parser) -> None:
+    """`--no-progress`: no progress bars or progress lines (they are drawn only when stderr is a terminal)."""
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bars and lines (they are drawn only when stderr is a terminal)")
+
+
+def run_dir_from(args, out: str | None = None) -> str | None:
+    """The run directory `--run-dir` names (default `<out>/run`); `UsageError` naming the flag for an empty name or
+    a path that is a file."""
+    if args.run_dir is not None:
+        if not args.run_dir.strip():
+            raise UsageError("--run-dir is empty; pass a folder (or leave --run-dir out: <out>/run)")
+        if os.path.exists(args.run_dir) and not os.path.isdir(args.run_dir):
+            raise UsageError(f"--run-dir {args.run_dir} is a file, not a folder; pass a folder")
+        return args.run_dir
+    return os.path.join(out, "run") if out else None
 
 
 def run_options_from(args, out: str | None = None):
-    """`RunOptions` from the flags of `add_run_options` (`--run-dir` defaults to `<out>/run`)."""
-    import os
-
+    """`RunOptions` from the flags of `add_run_options` (`--run-dir` defaults to `<out>/run`, `run_dir_from`)."""
     from phasejax.sweep import RunOptions
 
-    run_dir = args.run_dir if args.run_dir is not None else (os.path.join(out, "run") if out else None)
+    run_dir = run_dir_from(args, out)
     if args.process_index >= args.process_count:
         raise UsageError(f"--process-index must be < --process-count, got {args.process_index} "
                          f">= {args.process_count}")
@@ -144,23 +164,34 @@ def default_out(command: str) -> str:
     return os.path.join("runs", command.replace("-", "_"))
 
 
-def add_output(parser: argparse.ArgumentParser, default: str | None, *, help: str | None = None,
-               guard: bool = True) -> None:
-    """`--out` (default `default`, usually `default_out(NAME)`) and `--overwrite`.
+def add_output(parser: argparse.ArgumentParser, default, *, help: str | None = None, guard: bool = True) -> None:
+    """`--out` (default `default`: a path, usually `default_out(NAME)`, or a function of the parsed arguments
+    for a default that depends on other flags) and `--overwrite`.
 
     With `guard` (the default) the command line calls `guard_output` before the command runs: an `--out` folder
     that holds results of another configuration (or of unknown origin) is refused with one line naming it and
     the flags to pass, unless `--overwrite`; a folder this configuration created is reused (a killed run resumes).
-    Commands whose `--out` is resolved later (default None) pass `guard=False` and call `guard_output` themselves.
+    With `--replot` it calls `guard_replot` instead. A command whose `--out` is one file passes `guard=False` and
+    calls `guard_output_file` itself.
     """
-    parser.add_argument("--out", default=default,
+    parser.add_argument("--out", default=None if callable(default) else default,
                         help=help or "output folder (created; refused when it holds another configuration's "
                                      "results unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into --out even when it holds results of another configuration (they are "
                              "replaced file by file)")
+    if callable(default):
+        parser.set_defaults(_out_default=default)
     if guard:
         parser.set_defaults(_guard_output=True)
+
+
+def add_replot(parser: argparse.ArgumentParser, help: str, *, uses=()) -> None:
+    """`--replot`: redo figures and summaries from the files in `--out`, without computing. `uses` names the
+    flags (dests) the replot reads besides `--out` and `--overwrite`; the command line refuses any other flag
+    given with `--replot` (`phasejax.commands._session.refuse_unused`)."""
+    parser.add_argument("--replot", action="store_true", help=help)
+    parser.set_defaults(_replot_uses=tuple(uses))
 
 
 def output_identity(args) -> dict:
@@ -196,12 +227,19 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
     if os.path.exists(marker):
         try:
             old = read_json(marker, kind=dict)
-        except (ValueError, OSError):
+            if not isinstance(old.get("identity"), dict):
+                raise ValueError(f"{marker} lacks the configuration (its \"identity\")")
+        except (ValueError, OSError) as e:
+            if not overwrite and entries:
+                raise UsageError(f"{flag} {path} holds results whose configuration cannot be read ({e}); pass "
+                                 f"another {flag} folder, or --overwrite to replace them") from None
             old = {}
         if old.get("identity") == identity:
+            if not os.access(path, os.W_OK):
+                raise UsageError(f"cannot write to {flag} {path} (not writable); pass a writable {flag} folder")
             return path
         if not overwrite and entries:
-            what = ", ".join(_differences(old.get("identity") or {}, identity)) or "unknown"
+            what = ", ".join(_differences(old["identity"], identity))
             raise UsageError(f"{flag} {path} holds the results of another configuration (differing: {what}); "
                              f"pass another {flag} folder, or --overwrite to replace them")
     elif entries and not overwrite:
@@ -216,6 +254,44 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
         raise UsageError(f"cannot write to {flag} {path} ({e.strerror or e}); pass a writable {flag} folder") \
             from None
     return path
+
+
+def guard_replot(path: str, overwrite: bool, command: str, *, flag: str = "--out") -> str:
+    """Check the folder `path` that `--replot` reads and rewrites: it must exist; a folder that `command` did not
+    write (no output marker of `command`, such as the committed `results/`) is rewritten only with `overwrite`.
+    No marker is written. Returns `path`."""
+    from phasejax.io import read_json
+
+    if not os.path.isdir(path):
+        raise UsageError(f"--replot needs the folder {flag} {path}, which does not exist; run the command first, "
+                         f"or pass the {flag} that holds its results")
+    marker = os.path.join(path, OUTPUT_MARKER)
+    try:
+        ours = (read_json(marker, kind=dict).get("identity") or {}).get("command") == command
+    except (ValueError, OSError):
+        ours = False
+    if not ours and not overwrite:
+        raise UsageError(f"--replot rewrites figures and summaries in {flag} {path}, which `phasejax {command}` did "
+                         f"not write (no {OUTPUT_MARKER} of it: committed or foreign results); pass --overwrite to "
+                         "rewrite them")
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"cannot write to {flag} {path} (not writable); pass a writable {flag} folder")
+    return path
+
+
+def remove_if_only_marker(path: str) -> bool:
+    """Remove the folder `path` when it holds nothing but the output marker (and empty folders): what a run that
+    stopped before computing leaves. Returns whether it was removed."""
+    if not os.path.isdir(path):
+        return False
+    for dirpath, _, files in os.walk(path):
+        if any(not (dirpath == path and f == OUTPUT_MARKER) for f in files):
+            return False
+    for dirpath, dirs, files in os.walk(path, topdown=False):
+        for f in files:
+            os.remove(os.path.join(dirpath, f))
+        os.rmdir(dirpath)
+    return True
 
 
 def _set_aside(folder: str) -> str:
@@ -247,6 +323,31 @@ def guard_output_file(path: str, overwrite: bool, *, flag: str = "--out") -> str
     if not os.access(folder, os.W_OK):
         raise UsageError(f"cannot write to the folder of {flag} {path}; pass a writable {flag}")
     return path
+
+
+def was_given(args, dest: str) -> bool:
+    """Whether the command line gave the flag `dest` explicitly (the command line records them in `args._given`;
+    a namespace built otherwise counts none as given)."""
+    return dest in getattr(args, "_given", ())
+
+
+def grid_range(args, name: str, n: int, *, digits: int | None = 10):
+    """`n` equally spaced values from `--<name>-min` to `--<name>-max` (rounded to `digits`); `UsageError` naming
+    the flags when the range is empty or reversed, and when `--n-<name> 1` is given with an explicit
+    `--<name>-max` other than `--<name>-min` (one value is `--<name>-min`: the maximum would be dropped)."""
+    import numpy as np
+
+    lo, hi = getattr(args, f"{name}_min"), getattr(args, f"{name}_max")
+    if hi < lo:
+        raise UsageError(f"--{name}-max ({hi:g}) must not be below --{name}-min ({lo:g})")
+    if n > 1 and hi == lo:
+        raise UsageError(f"--n-{name} {n} needs --{name}-max > --{name}-min (both {lo:g}); widen the range or pass "
+                         f"--n-{name} 1")
+    if n == 1 and hi != lo and was_given(args, f"{name}_max"):
+        raise UsageError(f"--n-{name} 1 computes at --{name}-min ({lo:g}) only, so --{name}-max {hi:g} would be "
+                         f"dropped; drop --{name}-max, or pass --n-{name} 2 or more")
+    values = np.linspace(lo, hi, n)
+    return values if digits is None else np.round(values, digits)
 
 
 def refuse_duplicates(values, flag: str) -> None:

@@ -27,9 +27,9 @@ import time
 from phasejax.commands.argtypes import (
     UsageError,
     add_output,
+    add_replot,
     add_run_options,
-    guard_output,
-    output_identity,
+    default_out,
     positive_float,
     positive_int,
     refuse_duplicates,
@@ -86,10 +86,13 @@ def add_arguments(ap) -> None:
     ap.add_argument("--lr", type=positive_float, dest="learning_rate", default=argparse.SUPPRESS, help=argparse.SUPPRESS)   # older spelling
     ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per run")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true", help="only redraw the figure from <out>/runs.csv")
-    add_output(ap, None, help="output folder (default runs/counting, runs/counting/proposition for that preset)",
-               guard=False)
+    add_replot(ap, "only redraw the figure from <out>/runs.csv", uses=("preset",))   # the preset picks the folder
+    add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/proposition for that preset)")
     add_run_options(ap, chunk_size=64)
+
+
+def _default_out(args) -> str:
+    return os.path.join(default_out(NAME), *(("proposition",) if args.preset == "proposition" else ()))
 
 
 def _plot(runs, out: str, title: str, T: int, L: int) -> str:
@@ -121,8 +124,6 @@ def run(args) -> int:
     )
     from phasejax.tasks.histogram import HistogramTask, sample_sequences
 
-    if args.out is None:
-        args.out = os.path.join("runs", "counting", *(("proposition",) if args.preset == "proposition" else ()))
     if args.replot:
         path = os.path.join(args.out, "runs.csv")
         if not os.path.exists(path):
@@ -135,7 +136,6 @@ def run(args) -> int:
         print_paths([_plot(runs, args.out, _title(T, L, s.get("steps", "?"), s.get("batch_size", "?"), seeds), T, L)])
         return 0
 
-    guard_output(args.out, args.overwrite, output_identity(args))
     preset = PRESETS[args.preset]
     ds, ps = pick(args, "ds", preset), pick(args, "ps", preset)
     refuse_duplicates(ds, "--ds")

@@ -23,6 +23,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
     add_run_options,
     default_out,
     positive_float,
@@ -58,7 +59,7 @@ def add_arguments(ap) -> None:
                     help="second learning rate of the ODE phase diagram (the published experiments' value)")
     ap.add_argument("--sgd-seeds", type=positive_int, default=None, help="seeds per omega of the SGD fractions")
     ap.add_argument("--t-sgd", type=positive_float, default=250.0, help="SGD time (steps / d) of the fraction runs")
-    ap.add_argument("--replot", action="store_true", help="only redo the figures from the CSV files in --out")
+    add_replot(ap, "only redo the figures from the CSV files in --out")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=24)
 

@@ -50,11 +50,53 @@ def environment() -> dict:
 
 
 def command_line() -> str:
-    """The command line of this process as a user would type it: `phasejax <args>` when run through the
-    `phasejax` entry point or the CLI module, else the program's file name and its arguments (no folder)."""
+    """The command line of this process as a user would type it, shell-quoted (`shlex.join`: it can be pasted
+    back into a shell): `phasejax <args>` when run through the `phasejax` entry point or the CLI module, else the
+    program's file name and its arguments (no folder)."""
+    import shlex
+
     prog = os.path.basename(sys.argv[0]) if sys.argv else ""
     head = "phasejax" if prog in ("phasejax", "cli.py", "__main__.py") else prog
-    return " ".join([head, *sys.argv[1:]]).strip()
+    return shlex.join([head, *sys.argv[1:]]) if head else shlex.join(sys.argv[1:])
+
+
+FAILED_STATUSES = ("diverged", "invalid_iterate")
+"""Statuses of a run that ended without a result (`phasejax.solvers.Status` names)."""
+
+
+def run_failures(statuses, what: str = "runs", *, hint: str = "") -> str | None:
+    """The exit rule of every command for its iterative runs: a message when a run ended without a result (its
+    status one of `FAILED_STATUSES`: diverged, or an invalid iterate) or when none of them converged; None when
+    the runs are results (a run stopped at its step cap with finite values is one, and its status says so).
+    `statuses`: status codes or names; `hint`: what to change, appended."""
+    import collections
+
+    import numpy as np
+
+    from phasejax.solvers import status_name
+
+    names = [s if isinstance(s, str) else status_name(s) for s in np.asarray(statuses).ravel().tolist()]
+    if not names:
+        return None
+    counts = collections.Counter(names)
+    listed = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    failed = sum(counts[k] for k in FAILED_STATUSES)
+    if failed:
+        return f"{failed} of {len(names)} {what} ended without a result ({listed}){hint}"
+    if counts["converged"] == 0:
+        return f"none of the {len(names)} {what} converged ({listed}){hint}"
+    return None
+
+
+def finish(command: str, problem: str | None) -> int:
+    """Exit code 0, or (after the files are written) the one-line error `problem` and exit code 1."""
+    if problem is None:
+        return 0
+    print(f"phasejax {command}: error: {problem}; every file is written, with each run's status", file=sys.stderr)
+    return 1
+
+
+TRAINING_HINT = "; raise --max-steps, or lower --learning-rate where the runs diverged"
 
 
 def print_paths(paths) -> None:

@@ -21,6 +21,8 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
+    grid_range,
     add_run_options,
     default_out,
     nonnegative_float,
@@ -33,7 +35,10 @@ from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
     dtype_from,
+    TRAINING_HINT,
     environment,
+    finish,
+    run_failures,
     not_finished,
     pick,
     print_paths,
@@ -64,19 +69,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--gtol", type=positive_float, default=None,
                     help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true",
-                    help="only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
+    add_replot(ap, "only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
-
-
-def alpha_grid(alpha_min: float, alpha_max: float, n: int):
-    """`n` equally spaced alphas, rounded to 10 digits; errors name the flags."""
-    import numpy as np
-
-    if alpha_max < alpha_min or (n > 1 and alpha_max == alpha_min):
-        raise SystemExit(f"error: --alpha-max ({alpha_max}) must exceed --alpha-min ({alpha_min}) when --n-alpha > 1")
-    return np.round(np.linspace(alpha_min, alpha_max, n), 10)
 
 
 def run(args) -> int:
@@ -94,11 +89,12 @@ def run(args) -> int:
                 raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
         runs = TrainingRuns.from_csv(os.path.join(args.out, "runs.csv"))
         theory = PhaseDiagram.load(os.path.join(args.out, "theory"))
-        print_paths([plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega)])
+        omega = float(runs.runs["omega"][0])       # the omega the runs were trained at
+        print_paths([plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), omega)])
         return 0
     preset = PRESETS[args.preset]
     d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
-    alphas = alpha_grid(args.alpha_min, args.alpha_max, n_alpha)
+    alphas = grid_range(args, "alpha", n_alpha)
     try:
         sample_count(alphas[0], d)
     except ValueError as e:
@@ -133,4 +129,7 @@ def run(args) -> int:
     print(f"{len(r['alpha'])} runs at d={d} in {t_train:.1f} s ({int(np.sum(r['converged']))} converged); "
           f"SE phase diagram at omega={args.omega:g} in {t_theory:.1f} s: alpha_c = {ac:.4f}")
     print_paths(paths)
-    return 0
+    holes = theory.unresolved()
+    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT) or (
+        f"{len(holes)} theory cells have neither a converged fixed point nor a verdict of absence (see "
+        "theory/diagram.csv)" if holes else None))

@@ -31,6 +31,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
     add_run_options,
     default_out,
     nonnegative_float,
@@ -67,7 +68,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--tail", type=positive_int, default=20, help="iterations averaged for the tail statistics")
     add_dtype(ap, default="float64")
     add_output(ap, default_out(NAME))
-    ap.add_argument("--replot", action="store_true", help="only redraw gamp.png and summary.json from --out")
+    add_replot(ap, "only redraw gamp.png and summary.json from --out")
     add_run_options(ap, chunk_size=8)
 
 

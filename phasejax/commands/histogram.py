@@ -23,6 +23,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
     add_run_options,
     default_out,
     nonnegative_float,
@@ -75,7 +76,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--batch-size", type=positive_int, default=128, help="sequences per step")
     ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per accuracy")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true", help="only redraw attention.png from <out>/attention.npz")
+    add_replot(ap, "only redraw attention.png from <out>/attention.npz")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
 

@@ -27,12 +27,14 @@ from phasejax.commands.argtypes import (
     add_output,
     add_run_options,
     default_out,
+    grid_range,
     finite_float,
     nonnegative_float,
     positive_float,
     positive_int,
     run_options_from,
     unit_interval,
+    was_given,
 )
 
 NAME = "phase-diagram"
@@ -119,21 +121,30 @@ def check_size(args, n_tracks: int) -> None:
                        + (" (or --chunk-size or --tracks)" if side_by_side > 1 else ""))
 
 
+def slice_omega(args, omegas) -> float:
+    """The grid omega of the slice plot: `--slice-omega` when it is on the grid (`UsageError` listing the grid's
+    omegas when an explicit one is not); without the flag, the grid omega nearest to its default."""
+    import numpy as np
+
+    w = np.asarray(omegas, float)
+    near = int(np.argmin(np.abs(w - args.slice_omega)))
+    if was_given(args, "slice_omega") and not np.isclose(w[near], args.slice_omega, rtol=0, atol=1e-9):
+        raise UsageError(f"--slice-omega {args.slice_omega:g} is not an omega of the grid "
+                         f"({', '.join(f'{v:g}' for v in w[:12])}{' ...' if len(w) > 12 else ''}); pass one of them")
+    return float(w[near])
+
+
 def run(args) -> int:
     import numpy as np
 
-    if args.alpha_max < args.alpha_min or args.omega_max < args.omega_min:
-        raise UsageError("--alpha-max/--omega-max must not be below --alpha-min/--omega-min")
-    if args.n_alpha > 1 and args.alpha_max == args.alpha_min:
-        raise UsageError("--n-alpha > 1 needs --alpha-max > --alpha-min")
-    if args.n_omega > 1 and args.omega_max == args.omega_min:
-        raise UsageError("--n-omega > 1 needs --omega-max > --omega-min")
+    alphas = grid_range(args, "alpha", args.n_alpha, digits=None)
+    omegas = grid_range(args, "omega", args.n_omega, digits=None)
+    w_slice = slice_omega(args, omegas)
     from phasejax.phase import PhaseConfig, PhaseGrid, phase_diagram
     from phasejax.plotting import plot_omega_slice, plot_phase_map
     from phasejax.theory import CENSUS_SEEDS, make_params
 
-    grid = PhaseGrid.from_ranges(np.linspace(args.alpha_min, args.alpha_max, args.n_alpha),
-                                 np.linspace(args.omega_min, args.omega_max, args.n_omega))
+    grid = PhaseGrid.from_ranges(alphas, omegas)
     if max(args.tracks, 1) > min(len(CENSUS_SEEDS["positional"]), len(CENSUS_SEEDS["semantic"])):
         raise UsageError(f"--tracks must be at most {min(len(v) for v in CENSUS_SEEDS.values() if len(v) > 1)}")
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][: args.tracks] for b in ("positional", "semantic")})
@@ -150,8 +161,6 @@ def run(args) -> int:
     elapsed = time.perf_counter() - t0
     paths = pd.write(args.out)
     paths.append(plot_phase_map(pd, os.path.join(args.out, "phase_map.png")))
-    w = np.asarray(grid.omegas)
-    w_slice = float(w[int(np.argmin(np.abs(w - args.slice_omega)))])
     paths.append(plot_omega_slice(pd, w_slice, os.path.join(args.out, f"slice_omega_{w_slice:g}.png")))
     print(f"{len(grid.alphas)} x {len(grid.omegas)} points, 2 subspaces x {config.n_tracks} tracks, in {elapsed:.1f} s")
     th = pd.thresholds

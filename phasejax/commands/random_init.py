@@ -19,6 +19,8 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
+    grid_range,
     add_run_options,
     default_out,
     positive_float,
@@ -30,7 +32,10 @@ from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
     dtype_from,
+    TRAINING_HINT,
     environment,
+    finish,
+    run_failures,
     not_finished,
     pick,
     print_paths,
@@ -56,8 +61,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--learning-rate", type=positive_float, default=0.01, help="Adam learning rate")
     ap.add_argument("--max-steps", type=positive_int, default=10000, help="Adam step cap")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true",
-                    help="only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
+    add_replot(ap, "only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=50)
 
@@ -97,7 +101,6 @@ def fractions(runs: dict, out: str) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from phasejax.commands.fig2 import alpha_grid
     from phasejax.empirics import TrainConfig, TrainingGrid, read_runs_csv, train_students
     from phasejax.io import atomic_write_json
     from phasejax.theory import make_params
@@ -110,7 +113,7 @@ def run(args) -> int:
         return 0
     preset = PRESETS[args.preset]
     d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
-    alphas = alpha_grid(args.alpha_min, args.alpha_max, n_alpha)
+    alphas = grid_range(args, "alpha", n_alpha)
     grid = TrainingGrid(alphas=alphas, omegas=(args.omega,), seeds=tuple(range(seeds)), inits=("random",), d=d)
     config = TrainConfig("adam", learning_rate=args.learning_rate, max_steps=args.max_steps)
     options = run_options_from(args, args.out)
@@ -128,4 +131,4 @@ def run(args) -> int:
         seconds=seconds, **environment())))
     print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
     print_paths(paths)
-    return 0
+    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT))

@@ -27,6 +27,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
     add_run_options,
     default_out,
     nonnegative_int,
@@ -41,7 +42,10 @@ from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
     dtype_from,
+    TRAINING_HINT,
     environment,
+    finish,
+    run_failures,
     not_finished,
     pick,
     print_paths,
@@ -80,8 +84,8 @@ def add_arguments(ap) -> None:
                     help="continuation steps at gtol / 100 after convergence (0: none; default: the preset's)")
     ap.add_argument("--no-se", action="store_true", help="skip the state-evolution values in summary.json")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true",
-                    help="only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv")
+    add_replot(ap, "only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv",
+               uses=("merge", "no_se", "sigma"))
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="with --replot: first add the pairs of DIR/two_replicas.csv (other sizes or seeds; a pair "
                          "present twice is refused) to <out>/two_replicas.csv")
@@ -328,7 +332,8 @@ def run(args) -> int:
     print(f"{len(pairs['alpha'])} pairs in {seconds:.1f} s ({int(np.sum(pairs['same_branch']))} stayed in their "
           f"branch)")
     print_paths(paths)
-    return 0
+    statuses = np.concatenate([pairs["status_1"], pairs["status_2"]])
+    return finish(NAME, run_failures(statuses, "replicas", hint=TRAINING_HINT))
 
 
 def _se(pairs: dict, sigma: float) -> dict:

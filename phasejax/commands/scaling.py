@@ -20,6 +20,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    add_replot,
     add_run_options,
     default_out,
     positive_float,
@@ -32,7 +33,10 @@ from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
     dtype_from,
+    TRAINING_HINT,
     environment,
+    finish,
+    run_failures,
     not_finished,
     pick,
     print_paths,
@@ -55,8 +59,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
     ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per d and init (default: the preset's)")
     add_dtype(ap)
-    ap.add_argument("--replot", action="store_true",
-                    help="only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
+    add_replot(ap, "only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
     add_output(ap, default_out(NAME))
     add_run_options(ap, chunk_size=20)
 
@@ -102,7 +105,7 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax.empirics import TrainingGrid, read_runs_csv, sample_count, train_students, write_runs_csv
-    from phasejax.io import atomic_write_json, read_json
+    from phasejax.io import atomic_write_json, number, read_json
     from phasejax.solvers import status_name
     from phasejax.theory import make_params, result_columns, solve_state_evolution
 
@@ -110,7 +113,8 @@ def run(args) -> int:
         for need in ("runs.csv", "se.json"):
             if not os.path.exists(os.path.join(args.out, need)):
                 raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
-        se = read_json(os.path.join(args.out, "se.json"))
+        se = {k: number(v) if k in ("m", "m_err", "theta", "theta_err", "alpha", "omega") else v
+              for k, v in read_json(os.path.join(args.out, "se.json")).items()}     # null: NaN
         print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
         return 0
     preset = PRESETS[args.preset]
@@ -149,4 +153,4 @@ def run(args) -> int:
         preset=args.preset, ds=ds, seeds=seeds, dtype=args.dtype, se_seconds=t_se, train_seconds=t_train,
         training_config_per_d=[p.config for p in parts], **environment())))
     print_paths(paths)
-    return 0
+    return finish(NAME, run_failures(runs["status"], hint=TRAINING_HINT))

@@ -33,7 +33,10 @@ from phasejax.commands.experiment_flags import (
     add_dtype,
     add_preset,
     dtype_from,
+    TRAINING_HINT,
     environment,
+    finish,
+    run_failures,
     not_finished,
     pick,
     print_paths,
@@ -125,4 +128,4 @@ def run(args) -> int:
         **environment())))
     print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
     print_paths(paths)
-    return 0
+    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT))

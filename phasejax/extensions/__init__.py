@@ -2,11 +2,12 @@
 
 Each extension is a module `phasejax.extensions.<name>` with theory (state evolution with error bars, where a
 theory exists) and experiments (trained Flax students swept with `vmap`, resumable). A module keeps only what
-is its own (parameters, inits, extra columns, the functions that compute them) and three entry points used by
-the command `phasejax extension <name>` (`phasejax/commands/extension.py`, which holds the presets):
-`compute(preset, P, *, run_dir, progress) -> ExtensionResult`, `finish(result)` (the tables derived from
-`theory` and `runs`) and `figures(result) -> {file name: Figure}`. Everything shared (the result bundle,
-matching runs to theory, seed means, thresholds, figures) is in `phasejax.extensions.framework`.
+is its own (parameters, inits, extra columns, the functions that compute them, its `PRESETS`: an
+`ExtensionPreset` subclass per extension, `cpu` and `gpu`) and three functions `run_extension` calls:
+`compute(preset, P, *, run) -> ExtensionResult`, `finish(result)` (the tables derived from `theory` and `runs`)
+and `figures(result) -> {file name: Figure}`. What they share lives in private modules: the tables and the
+result bundle (`_tables`), the thresholds (`_thresholds`), the figures (`_figures`) and the presets' common
+fields (`_presets`).
 
 * `untied`: untied query and key matrices (`W_Q != W_K`).
 * `correlated`: tokens from a Gaussian mixture with cluster labels correlated across positions.
@@ -17,6 +18,15 @@ matching runs to theory, seed means, thresholds, figures) is in `phasejax.extens
 
 The committed outputs are in `results/extensions/<name>/`: `theory.csv`, `runs.csv`, `thresholds.csv`,
 `summary.json` and a figure.
+
+>>> from phasejax.extensions import extension_presets
+>>> extension_presets("rank2")["cpu"].ds
+(200, 800)
 """
 
-EXTENSIONS = ("untied", "correlated", "rank2", "value", "general_L", "second_A")
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun
+from phasejax.extensions._run import EXTENSIONS, USES_TIED, extension_presets, run_extension
+from phasejax.extensions._tables import ExtensionResult
+
+__all__ = ["EXTENSIONS", "USES_TIED", "ExtensionPreset", "ExtensionResult", "ExtensionRun", "extension_presets",
+           "run_extension"]

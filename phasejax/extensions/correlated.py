@@ -55,10 +55,11 @@ from phasejax.empirics.data import cast_params, check_positive_int, positional_d
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import INITS, init_weights, make_student, query_weights
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions.framework import (
-    ExtensionResult, attach_theory, concat_tables, draw_band, empirical_alpha_c, ordered, paired_gap,
-    seed_means, sub_options,
-)
+from phasejax.extensions._figures import draw_band
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._tables import attach_theory, ExtensionResult, ordered, seed_means
+from phasejax.extensions._thresholds import empirical_alpha_c, paired_gap
+from phasejax.io import concat_tables
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_names
@@ -424,19 +425,19 @@ def correlated_params(omega: float = 0.3, *, sigma: float = 0.5, lam: float = 0.
     return make_params(1.0, omega, sigma=sigma, lam=lam)
 
 
-def theory_tables(preset: dict, params: TiedAttentionParams, run_dir: str | None, progress: bool):
+def theory_tables(preset: "CorrelatedPreset", params: TiedAttentionParams, run: ExtensionRun = ExtensionRun()):
     """Main-SE phase diagram (the mixture fixed points with `m_cluster = 0`), plus the cluster gain per point and
     `rho`. Returns `(theory columns, theory thresholds)`."""
-    grid = PhaseGrid(tuple(preset["alphas"]), (float(preset["omega"]),))
+    grid = PhaseGrid(tuple(preset.alphas), (float(preset.omega),))
     cfg = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:1] for b in PHASE_BRANCHES})
-    diagram = phase_diagram(grid, params, config=cfg, options=sub_options(run_dir, "theory", progress))
+    diagram = phase_diagram(grid, params, config=cfg, options=run.options("theory"))
     pts = {k: np.asarray(v) for k, v in diagram.points.items()}
     keep = np.asarray(pts["is_branch"], bool) & np.isfinite(np.asarray(pts["train_loss"], float))
     pts = {k: v[keep] for k, v in pts.items()}
-    rule = SobolRule.create(4, log2_n=preset["gain_log2_n"], n_replicas=4)
+    rule = SobolRule.create(4, log2_n=preset.gain_log2_n, n_replicas=4)
     rows = {k: [] for k in list(pts) + ["rho", "mean_norm", "m_cluster", "cluster_gain", "cluster_gain_err"]}
-    for rho in preset["rhos"]:
-        law = two_cluster_law(rho, preset["mean_norm"])
+    for rho in preset.rhos:
+        law = two_cluster_law(rho, preset.mean_norm)
         for i in range(len(pts["alpha"])):
             with float64_scope():
                 ov = Overlaps(q0=jnp.asarray([[pts["q0_0"][i]]]), m=jnp.asarray([[pts["m0_0"][i]]]),
@@ -590,19 +591,40 @@ def make_figure(result: ExtensionResult):
 THEORY_FIRST = ("alpha", "omega", "rho", "branch")
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CorrelatedPreset(ExtensionPreset):
+    """`ExtensionPreset` at one `omega`, with the label correlations `rhos`, the cluster means' norm and the
+    quadrature of the cluster gain (`gain_log2_n`)."""
+
+    omega: float
+    rhos: tuple[float, ...]
+    mean_norm: float
+    gain_log2_n: int
+
+
+PRESETS = {
+    "cpu": CorrelatedPreset(alphas=(0.5, 0.75, 1.0, 1.25, 1.5, 2.0), omega=0.3, rhos=(0.0, 0.9), mean_norm=1.0,
+                            train_alphas=(0.75, 1.0, 1.25, 1.5, 2.0), seeds=(0, 1, 2, 3), ds=(200, 800),
+                            gain_log2_n=11),
+    "gpu": CorrelatedPreset(alphas=alpha_range(0.3, 2.51, 0.1), omega=0.3, rhos=(-0.9, -0.5, 0.0, 0.5, 0.9),
+                            mean_norm=1.0, train_alphas=(0.5, 0.75, 1.0, 1.125, 1.25, 1.375, 1.5, 1.75, 2.0, 2.5),
+                            seeds=tuple(range(10)), ds=(200, 400, 800, 1600), gain_log2_n=13),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def compute(preset: str, P: CorrelatedPreset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
     """Theory (main-SE fixed points at the preset's omega with the cluster gain per `rho`), students (both inits,
-    every `rho`, `seeds`, `ds`) of the preset `P`, resumable under `run_dir`."""
-    params = correlated_params(P["omega"])
-    theory, thr_theory = theory_tables(P, params, run_dir, progress)
-    runs = concat_tables([train_correlated(P["train_alphas"], P["rhos"], P["seeds"], params=params, d=d,
-                                           mean_norm=P["mean_norm"],
-                                           options=sub_options(run_dir, f"runs_d{d}", progress))
-                          for d in P["ds"]])
-    runs["omega"] = np.full(len(runs["alpha"]), float(P["omega"]))
+    every `rho`, `seeds`, `ds`) of the preset `P` (named `preset`), resumable under `run.run_dir`."""
+    params = correlated_params(P.omega)
+    theory, thr_theory = theory_tables(P, params, run)
+    runs = concat_tables([train_correlated(P.train_alphas, P.rhos, P.seeds, params=params, d=d,
+                                           mean_norm=P.mean_norm, options=run.options(f"runs_d{d}"))
+                          for d in P.ds])
+    runs["omega"] = np.full(len(runs["alpha"]), float(P.omega))
     runs["init"] = np.asarray(INITS)[runs["init"].astype(int)]
     runs["status"] = status_names(runs["status"])
-    summary = dict(extension=NAME, preset=preset, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in P.items()},
+    summary = dict(extension=NAME, preset=preset, **P.to_json(),
                    model="x_l = mu_{c_l} + z_l, mu = +-mean_norm v, P(c1=c2)=(1+rho)/2, uniform marginals; "
                          "paper setting sigma=0.5, lambda=0.01, A=[[.6,.4],[.4,.6]], C=[[1],[-1]]",
                    max_cluster_gain=float(np.max(theory["cluster_gain"])))
@@ -610,11 +632,11 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
                                   summary=summary))
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the theory rows: the main setting at the preset's `omega`, default
     scheme. The rows are mixture fixed points with `m_cluster = 0`, where every label configuration has the main
     model's fields, so their replicon is the main model's (`phasejax.extensions.stability`)."""
-    params = correlated_params(omega=float(P["omega"]))
+    params = correlated_params(omega=float(preset_value(P, "omega")))
     return lambda row: (params, None)
 
 

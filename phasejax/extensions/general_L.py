@@ -41,10 +41,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.empirics.metrics import MIN_ADJUSTED_SEEDS
-from phasejax.extensions.framework import (
-    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, relative_gaps,
-    seed_means, sub_options, train_tied,
+from phasejax.extensions._figures import draw_band
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._tables import (
+    attach_reached_branch, diagram_tables, ExtensionResult, relative_gaps, seed_means, train_tied,
 )
+from phasejax.io import concat_tables
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.sweep import RunOptions
 from phasejax.theory.census import CENSUS_SEEDS
@@ -197,41 +199,61 @@ def plot(outputs: ExtensionResult):
     return fig
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GeneralLPreset(ExtensionPreset):
+    """`ExtensionPreset` at one `omega`, with the token standard deviations of each setting (`sigmas`)."""
+
+    omega: float
+    sigmas: dict
+
+
+SIGMAS = {"equal": (0.5, 0.5, 0.5), "unequal": (0.5, 0.4, 0.6)}
+"""The two settings of the token standard deviations `sigma_l`."""
+
+PRESETS = {
+    "cpu": GeneralLPreset(alphas=(0.6, 1.1, 1.6, 2.1), omega=0.3, sigmas=SIGMAS, log2_n=10, n_replicas=4,
+                          train_alphas=(1.1, 2.1), seeds=tuple(range(8)), ds=(200, 400, 800)),
+    "gpu": GeneralLPreset(alphas=alpha_range(0.3, 3.01, 0.15), omega=0.3, sigmas=SIGMAS, log2_n=14, n_replicas=4,
+                          train_alphas=(0.5, 1.1, 1.7, 2.0, 2.6), seeds=tuple(range(8)), ds=(200, 400, 800, 1600, 3200)),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def compute(preset: str, P: GeneralLPreset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
     """SE curves (both branches along `alphas` at `omega`, for each of `sigmas`) and students (equal sigma; both
-    inits, `train_alphas x seeds` at each of `ds`) of the preset `P`, resumable under `run_dir`."""
+    inits, `train_alphas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under
+    `run.run_dir`."""
     theories, thresholds, configs = [], [], {}
-    for setting, sigma in P["sigmas"].items():
+    for setting, sigma in P.sigmas.items():
         params = general_L_params(sigma=sigma)
-        pd = theory_curve(P["alphas"], P["omega"], params, log2_n=P["log2_n"], n_replicas=P["n_replicas"],
-                          options=sub_options(run_dir, f"theory_{setting}", progress, 1))
+        pd = theory_curve(P.alphas, P.omega, params, log2_n=P.log2_n, n_replicas=P.n_replicas,
+                          options=run.options(f"theory_{setting}", 1))
         t, ts = diagram_tables(pd)
         t["sigma_setting"] = np.full(len(t["alpha"]), setting)
         ts["sigma_setting"] = np.full(len(ts["omega"]), setting)
         theories.append(t)
         thresholds.append(ts)
         configs[setting] = pd.config
-    params = general_L_params(sigma=P["sigmas"]["equal"])
-    runs = concat_tables([train_tied(params, P["train_alphas"], P["omega"], P["seeds"], ("positional", "semantic"), d,
-                                     quadrature_order=4, options=sub_options(run_dir, f"train_d{d}", progress))
-                          for d in P["ds"]])
+    params = general_L_params(sigma=P.sigmas["equal"])
+    runs = concat_tables([train_tied(params, P.train_alphas, P.omega, P.seeds, ("positional", "semantic"), d,
+                                     quadrature_order=4, options=run.options(f"train_d{d}")) for d in P.ds])
     runs["sigma_setting"] = np.full(len(runs["alpha"]), "equal")
     summary = dict(extension=NAME, preset=preset, L=3, C=[list(c) for c in C3], A=general_L_A(3).tolist(),
-                   sigmas={k: list(v) for k, v in P["sigmas"].items()}, alphas=list(P["alphas"]), omega=P["omega"],
-                   quadrature=dict(kind="SobolRule", log2_n=P["log2_n"], n_replicas=P["n_replicas"]),
-                   train_alphas=list(P["train_alphas"]), seeds=list(P["seeds"]), ds=list(P["ds"]),
+                   sigmas={k: list(v) for k, v in P.sigmas.items()}, alphas=list(P.alphas), omega=P.omega,
+                   quadrature=dict(kind="SobolRule", log2_n=P.log2_n, n_replicas=P.n_replicas),
+                   train_alphas=list(P.train_alphas), seeds=list(P.seeds), ds=list(P.ds),
                    phase_configs=configs)
     return finish(ExtensionResult(theory=concat_tables(theories), runs=runs, thresholds=concat_tables(thresholds),
                                   summary=summary))
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `general_L_params` of the row's
     `sigma_setting` and the Sobol rule it was solved with (one per setting)."""
     problems = {}
-    for setting, sigma in P["sigmas"].items():
+    for setting, sigma in preset_value(P, "sigmas").items():
         params = general_L_params(sigma=tuple(sigma))
-        problems[setting] = (params, general_L_rule(params, P["log2_n"], P["n_replicas"]))
+        problems[setting] = (params, general_L_rule(params, preset_value(P, "log2_n"), preset_value(P, "n_replicas")))
     return lambda row: problems[str(row["sigma_setting"])]
 
 

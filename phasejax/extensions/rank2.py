@@ -29,6 +29,7 @@ Outputs, thresholds and the figure come from `phasejax.extensions.framework`.
 
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,11 +38,14 @@ from jax.flatten_util import ravel_pytree
 from phasejax.empirics.data import generate_data, run_keys, sample_tokens, teacher_labels
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions.framework import (
-    EXTENSION_SE_CONFIG, ExtensionResult, agreement, attach_theory, branch_figure, branch_thresholds,
-    concat_tables, continuation_table, mark_global_minimum, ordered, scheme_config, sub_options,
+from phasejax.extensions._figures import branch_figure
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._tables import (
+    EXTENSION_SE_CONFIG, agreement, attach_theory, continuation_table, ExtensionResult, ordered, scheme_config,
     train_students_table,
 )
+from phasejax.extensions._thresholds import branch_thresholds, mark_global_minimum
+from phasejax.io import concat_tables
 from phasejax.precision import float64_scope
 from phasejax.sweep import RunOptions
 from phasejax.theory.fields import Overlaps
@@ -244,26 +248,45 @@ def global_minimum_summary(theory: dict) -> list[dict]:
                                      theory["branch"][sel], theory["train_loss"][sel])]
 
 
-def preset_rule(P: dict) -> SobolRule:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rank2Preset(ExtensionPreset):
+    """`ExtensionPreset` with the theory's omegas and the students' `train_omegas`."""
+
+    omegas: tuple[float, ...]
+    train_omegas: tuple[float, ...]
+
+
+PRESETS = {
+    "cpu": Rank2Preset(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=11, n_replicas=4, train_alphas=(1.3, 2.3),
+                       train_omegas=(0.3,), seeds=(0, 1, 2), ds=(200, 800)),
+    "gpu": Rank2Preset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.15, 0.3, 0.45), log2_n=12,
+                       n_replicas=4, train_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), train_omegas=(0.0, 0.3),
+                       seeds=(0, 1, 2, 3, 4), ds=(200, 400, 800, 1600)),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def preset_rule(P) -> SobolRule:
     """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
-    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it)."""
-    return SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it). `P`: a
+    `Rank2Preset`, or the mapping an older summary recorded."""
+    return SobolRule.create(6, preset_value(P, "log2_n"), preset_value(P, "n_replicas"))
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
+def compute(preset: str, P: Rank2Preset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
     """Theory (three inits on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (three inits on
-    `run_alphas x run_omegas x seeds` at each of `dims`) of the preset `P`, resumable under `run_dir`."""
+    `train_alphas x train_omegas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under
+    `run.run_dir`."""
     params = rank2_params()
     rule = preset_rule(P)
-    theory = rank2_theory(P["alphas"], P["omegas"], params=params, quadrature=rule,
-                          options=sub_options(run_dir, "theory", progress, 1))
-    runs = concat_tables([train_rank2(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
-                                      options=sub_options(run_dir, f"runs_d{d}", progress, 18)) for d in P["dims"]])
+    theory = rank2_theory(P.alphas, P.omegas, params=params, quadrature=rule, options=run.options("theory", 1))
+    runs = concat_tables([train_rank2(P.train_alphas, P.train_omegas, P.seeds, d=d, params=params,
+                                      options=run.options(f"runs_d{d}", 18)) for d in P.ds])
     return finish(ExtensionResult(theory=theory, runs=runs, thresholds={}, summary=dict(
-        extension=NAME, preset=preset, presets=P, rule=scheme_config(rule))))
+        extension=NAME, preset=preset, presets=P.to_json(), rule=scheme_config(rule))))
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `rank2_params()` and the Sobol
     rule they were solved with."""
     params, rule = rank2_params(), preset_rule(P)

@@ -37,10 +37,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.extensions.framework import (
-    ExtensionResult, attach_reached_branch, concat_tables, diagram_tables, draw_band, finite_err, json_ready,
-    relative_gaps, seed_means, sub_options, tied_thresholds, train_tied,
+from phasejax.extensions._figures import draw_band, finite_err
+
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+
+from phasejax.extensions._tables import (
+
+    attach_reached_branch, diagram_tables, ExtensionResult, relative_gaps, seed_means, train_tied,
+
 )
+
+from phasejax.extensions._thresholds import tied_thresholds
+
+from phasejax.io import concat_tables, json_ready
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.precision import uses_float64
 from phasejax.sweep import RunOptions
@@ -192,36 +201,56 @@ def plot(outputs: ExtensionResult, standard: dict | None = None, omega: float = 
     return fig
 
 
-def preset_rule(P: dict):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SecondAPreset(ExtensionPreset):
+    """`ExtensionPreset` with the theory's omegas and the students' `train_omega`."""
+
+    omegas: tuple[float, ...]
+    train_omega: float
+
+
+PRESETS = {
+    "cpu": SecondAPreset(alphas=(0.3, 0.6, 0.9, 1.05, 1.2, 1.5, 2.0, 2.5), omegas=(0.0, 0.2, 0.3, 0.4), log2_n=10,
+                         n_replicas=4, train_alphas=(0.6, 1.05, 1.5, 2.0), train_omega=0.3, seeds=tuple(range(8)),
+                         ds=(200, 400, 800, 1600)),
+    # the converged default rule (SplitProductRule, log2_n None)
+    "gpu": SecondAPreset(alphas=alpha_range(0.2, 3.01, 0.1), omegas=alpha_range(0.0, 0.61, 0.05), log2_n=None,
+                         n_replicas=None, train_alphas=(0.5, 0.7, 1.0, 1.3, 1.5, 1.7, 2.0, 2.5), train_omega=0.3,
+                         seeds=tuple(range(16)), ds=(200, 400, 800, 1600, 3200)),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def preset_rule(P):
     """The preset `P`'s quadrature: scrambled Sobol in 4 dimensions (`2^log2_n` points, `n_replicas` replicas), or
     the default scheme (`None`) where `log2_n` is None. Its theory rows are solved with it, and their replicon
-    computed with it."""
-    return None if P["log2_n"] is None else SobolRule.create(4, log2_n=P["log2_n"], n_replicas=P["n_replicas"])
+    computed with it. `P`: a `SecondAPreset`, or the mapping an older summary recorded."""
+    log2_n = preset_value(P, "log2_n")
+    return None if log2_n is None else SobolRule.create(4, log2_n=log2_n, n_replicas=preset_value(P, "n_replicas"))
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
+def compute(preset: str, P: SecondAPreset, *, run: ExtensionRun = ExtensionRun(),
             tied: dict | None = None) -> ExtensionResult:
     """Theory (phase diagram of the second `A` on `alphas x omegas`), students at `train_omega` (both inits,
-    `train_alphas x seeds` at each of `ds`) of the preset `P`, resumable under `run_dir`; `tied`: the standard
-    `A`'s thresholds to compare with (default `tied_thresholds()`)."""
+    `train_alphas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under `run.run_dir`;
+    `tied`: the standard `A`'s thresholds to compare with (default `tied_thresholds()`)."""
     params = second_A_params()
     rule = preset_rule(P)
-    pd = theory_diagram(P["alphas"], P["omegas"], params, quadrature=rule,
-                        options=sub_options(run_dir, "theory", progress, 4))
+    pd = theory_diagram(P.alphas, P.omegas, params, quadrature=rule, options=run.options("theory", 4))
     theory, thresholds = diagram_tables(pd)
     inits = ("positional", "semantic")
-    runs = concat_tables([train_tied(params, P["train_alphas"], P["train_omega"], P["seeds"], inits, d,
-                                     options=sub_options(run_dir, f"train_d{d}", progress)) for d in P["ds"]])
+    runs = concat_tables([train_tied(params, P.train_alphas, P.train_omega, P.seeds, inits, d,
+                                     options=run.options(f"train_d{d}")) for d in P.ds])
     standard = tied_thresholds() if tied is None else tied
     summary = dict(
         extension=NAME, preset=preset, A=[list(r) for r in PAPER_A_ASYMMETRIC], standard_A=[list(r) for r in PAPER_A],
-        alphas=list(P["alphas"]), omegas=list(P["omegas"]), train_alphas=list(P["train_alphas"]),
-        train_omega=P["train_omega"], seeds=list(P["seeds"]), ds=list(P["ds"]), semantic_max_abs_m=None,
+        alphas=list(P.alphas), omegas=list(P.omegas), train_alphas=list(P.train_alphas),
+        train_omega=P.train_omega, seeds=list(P.seeds), ds=list(P.ds), semantic_max_abs_m=None,
         phase_config=pd.config, standard_thresholds=json_ready(standard) if standard else None)
     return finish(ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary))
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `second_A_params()` and the rule
     they were solved with (the default scheme where `log2_n` is None)."""
     rule = preset_rule(P)
@@ -244,5 +273,6 @@ def finish(result: ExtensionResult) -> ExtensionResult:
 def figures(result: ExtensionResult) -> dict:
     """`second_A.png` (`plot`), against the standard `A`'s thresholds recorded in the summary."""
     standard = result.summary.get("standard_thresholds")
-    standard = {k: np.asarray(v) for k, v in standard.items()} if standard else None
+    standard = {k: np.asarray([np.nan if x is None else x for x in v]) for k, v in standard.items()} if standard \
+        else None      # JSON writes NaN as null
     return {"second_A.png": plot(result, standard, result.summary["train_omega"])}

@@ -23,6 +23,7 @@ init, trained untied by L-BFGS), swept with `run_chunked`.
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -33,11 +34,16 @@ from phasejax.empirics.data import cast_params, generate_data, run_keys, sample_
 from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import UntiedAttention, positional_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
-from phasejax.extensions.framework import (
-    EXTENSION_SE_CONFIG, ExtensionResult, agreement, attach_theory, branch_figure, branch_thresholds,
-    concat_tables, continuation_table, json_ready, mark_global_minimum, ordered, scheme_config, sub_options,
-    tied_thresholds, train_students_table, with_tied_thresholds,
+from phasejax.extensions._figures import branch_figure
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._tables import (
+    EXTENSION_SE_CONFIG, agreement, attach_theory, continuation_table, ExtensionResult, ordered, scheme_config,
+    train_students_table,
 )
+from phasejax.extensions._thresholds import (
+    branch_thresholds, mark_global_minimum, tied_thresholds, with_tied_thresholds,
+)
+from phasejax.io import concat_tables, json_ready
 from phasejax.precision import float64_scope
 from phasejax.sweep import RunOptions
 from phasejax.theory.fields import Overlaps
@@ -168,28 +174,46 @@ RUNS_FIRST = ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_l
 """Leading columns of `runs.csv` (the query-side overlaps with the tied model's names first)."""
 
 
-def preset_rule(P: dict) -> SobolRule:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UntiedPreset(ExtensionPreset):
+    """`ExtensionPreset` with the theory's omegas and the students' `train_omegas`."""
+
+    omegas: tuple[float, ...]
+    train_omegas: tuple[float, ...]
+
+
+PRESETS = {
+    "cpu": UntiedPreset(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
+                        train_alphas=(1.3, 2.1, 2.9), train_omegas=(0.3,), seeds=tuple(range(8)), ds=(200, 800)),
+    "gpu": UntiedPreset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.1, 0.2, 0.3, 0.4), log2_n=12,
+                        n_replicas=4, train_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), train_omegas=(0.0, 0.3),
+                        seeds=(0, 1, 2, 3, 4), ds=(200, 400, 800, 1600)),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def preset_rule(P) -> SobolRule:
     """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
-    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it)."""
-    return SobolRule.create(6, P["log2_n"], P["n_replicas"])
+    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it). `P`: an
+    `UntiedPreset`, or the mapping an older summary recorded."""
+    return SobolRule.create(6, preset_value(P, "log2_n"), preset_value(P, "n_replicas"))
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True,
+def compute(preset: str, P: UntiedPreset, *, run: ExtensionRun = ExtensionRun(),
             tied: dict | None = None) -> ExtensionResult:
     """Theory (both branches on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (both inits on
-    `run_alphas x run_omegas x seeds` at each of `dims`) of the preset `P`, resumable under `run_dir`; `tied`:
-    the tied model's thresholds to compare with (default `tied_thresholds()`)."""
+    `train_alphas x train_omegas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under
+    `run.run_dir`; `tied`: the tied model's thresholds to compare with (default `tied_thresholds()`)."""
     params = untied_params()
     rule = preset_rule(P)
-    theory = untied_theory(P["alphas"], P["omegas"], params=params, quadrature=rule,
-                           options=sub_options(run_dir, "theory", progress, 1))
-    runs = concat_tables([train_untied(P["run_alphas"], P["run_omegas"], P["seeds"], d=d, params=params,
-                                       options=sub_options(run_dir, f"runs_d{d}", progress, 12)) for d in P["dims"]])
+    theory = untied_theory(P.alphas, P.omegas, params=params, quadrature=rule, options=run.options("theory", 1))
+    runs = concat_tables([train_untied(P.train_alphas, P.train_omegas, P.seeds, d=d, params=params,
+                                       options=run.options(f"runs_d{d}", 12)) for d in P.ds])
     return finish(ExtensionResult(theory=theory, runs=runs, thresholds={}, summary=dict(
-        extension=NAME, preset=preset, presets=P, rule=scheme_config(rule))), tied=tied)
+        extension=NAME, preset=preset, presets=P.to_json(), rule=scheme_config(rule))), tied=tied)
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the preset `P`'s theory rows: `untied_params()` (the untied
     student is a function of the two fields `(h_Q, h_K)`, so the replicon of the main model applies) and the
     Sobol rule they were solved with."""

@@ -54,10 +54,11 @@ from phasejax.empirics.data import (
 from phasejax.empirics.metrics import classify_solution, fresh_test_error
 from phasejax.empirics.students import init_weights
 from phasejax.empirics.training import TrainConfig, minimize
-from phasejax.extensions.framework import (
-    ExtensionResult, attach_theory, concat_tables, diagram_tables, draw_band, empirical_alpha_c, ordered,
-    paired_gap, seed_means, sub_options,
-)
+from phasejax.extensions._figures import draw_band
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range
+from phasejax.extensions._tables import attach_theory, diagram_tables, ExtensionResult, ordered, seed_means
+from phasejax.extensions._thresholds import empirical_alpha_c, paired_gap
+from phasejax.io import concat_tables
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
@@ -436,21 +437,55 @@ def plot_value(result: ExtensionResult, *, omega: float, value_rank: int):
     return fig
 
 
-def run_experiments(P: dict, run_dir: str | None, progress: bool) -> tuple[dict, dict]:
-    """The preset's sweeps, one per `d` (resumable under `run_dir/runs_d<d>`), concatenated: `(runs, config)`."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ValuePreset(ExtensionPreset):
+    """`ExtensionPreset` with the omegas, the value map's rank and the students' training; the seeds and the
+    alphas may differ per dimension (`seeds_by_d`, `train_alphas_by_d`; `ds` are the keys of `seeds_by_d`)."""
+
+    omegas: tuple[float, ...]
+    seeds_by_d: dict
+    train_alphas_by_d: dict = dataclasses.field(default_factory=dict)
+    value_rank: int = 1
+    train: TrainConfig = TrainConfig()
+
+    def seeds_at(self, d: int) -> tuple[int, ...]:
+        return tuple(self.seeds_by_d[d])
+
+    def train_alphas_at(self, d: int) -> tuple[float, ...]:
+        return tuple(self.train_alphas_by_d.get(d, self.train_alphas))
+
+
+PRESETS = {
+    # one omega, 5 alphas around the tied alpha_c(0.3) = 1.25, d in {200, 800}; the value runs stop at max_steps
+    # (status max_iterations): the unpenalised value map converges slowly along low-curvature directions while
+    # the loss has long settled
+    "cpu": ValuePreset(omegas=(0.3,), train_alphas=(0.75, 1.0, 1.25, 1.5, 1.75), seeds=(),
+                       seeds_by_d={200: (0, 1, 2, 3), 800: (0, 1, 2)}, ds=(200, 800),
+                       train_alphas_by_d={800: (1.0, 1.25, 1.5)}, alphas=alpha_range(0.5, 2.01, 0.1, 2), value_rank=1,
+                       train=TrainConfig(max_steps=1500)),
+    "gpu": ValuePreset(omegas=(0.1, 0.2, 0.3, 0.4), train_alphas=alpha_range(0.5, 2.51, 0.125, 3), seeds=(),
+                       seeds_by_d={200: tuple(range(8)), 800: tuple(range(8)), 1600: tuple(range(5))},
+                       ds=(200, 800, 1600), alphas=alpha_range(0.3, 2.51, 0.05, 2), value_rank=1,
+                       train=TrainConfig(max_steps=10000)),
+}
+"""`cpu`: the committed results; `gpu`: larger grids, more seeds and sizes."""
+
+
+def run_experiments(P: ValuePreset, run: ExtensionRun = ExtensionRun()) -> tuple[dict, dict]:
+    """The preset's sweeps, one per `d` (resumable under `run.run_dir/runs_d<d>`), concatenated: `(runs, config)`."""
     parts = []
-    for d, seeds in P["seeds"].items():
-        grid = ValueGrid(alphas=P.get("alphas_by_d", {}).get(d, P["alphas"]), omegas=P["omegas"], seeds=seeds, d=d)
-        parts.append(value_sweep(grid, value_rank=P["value_rank"], config=P["train"],
-                                 options=sub_options(run_dir, f"runs_d{d}", progress, 8)))
+    for d in P.ds:
+        grid = ValueGrid(alphas=P.train_alphas_at(d), omegas=P.omegas, seeds=P.seeds_at(d), d=d)
+        parts.append(value_sweep(grid, value_rank=P.value_rank, config=P.train, options=run.options(f"runs_d{d}", 8)))
     return concat_tables([p[0] for p in parts]), dict(parts=[p[1] for p in parts])
 
 
-def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool = True) -> ExtensionResult:
-    """The tied reference theory and the tied and value students of the preset `P` (resumable under `run_dir`)."""
-    pd = theory_reference(P["theory_alphas"], P["omegas"], options=sub_options(run_dir, "theory", progress, 8))
+def compute(preset: str, P: ValuePreset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
+    """The tied reference theory and the tied and value students of the preset `P` (named `preset`), resumable
+    under `run.run_dir`."""
+    pd = theory_reference(P.alphas, P.omegas, options=run.options("theory", 8))
     theory, theory_thresholds = diagram_tables(pd, first=("alpha", "omega", "branch"))
-    runs, runs_config = run_experiments(P, run_dir, progress)
+    runs, runs_config = run_experiments(P, run)
     t = theory_thresholds
     thresholds = {k: [] for k in THRESHOLD_COLUMNS}
     for i, w in enumerate(t["omega"]):
@@ -460,17 +495,17 @@ def compute(preset: str, P: dict, *, run_dir: str | None = None, progress: bool 
         for k, v in zip(THRESHOLD_COLUMNS, row):
             thresholds[k].append(v)
     summary = dict(
-        preset=preset, value_rank=P["value_rank"], omegas=list(P["omegas"]), alphas=list(P["alphas"]),
-        seeds={str(k): list(v) for k, v in P["seeds"].items()},
-        alphas_by_d={str(k): list(v) for k, v in P.get("alphas_by_d", {}).items()},
-        train=dataclasses.asdict(P["train"]), value_lam=0.0, theory=pd.config,
+        preset=preset, value_rank=P.value_rank, omegas=list(P.omegas), alphas=list(P.train_alphas),
+        seeds={str(d): list(P.seeds_at(d)) for d in P.ds},
+        alphas_by_d={str(k): list(v) for k, v in P.train_alphas_by_d.items()},
+        train=dataclasses.asdict(P.train), value_lam=0.0, theory=pd.config,
         note="theory.csv is the tied model's state evolution (main setting), the reference: the value model has "
              "no theory (paper, appendix C.10)")
     return finish(ExtensionResult(theory=theory, runs=runs, thresholds=thresholds, summary=summary,
                                   documents=dict(value_runs=dict(config=runs_config))))
 
 
-def replicon_problem(P: dict):
+def replicon_problem(P):
     """`phasejax.extensions.stability.Problem` of the tied reference rows (`theory_reference`: the main setting,
     default scheme)."""
     return lambda row: (make_params(1.0, float(row["omega"])), None)

@@ -81,7 +81,7 @@ def test_replot_from_the_committed_results(tmp_path, run_cli):
     assert not missing, f"results/dynamics is committed with every file the replot reads; missing: {missing}"
     for n in names:
         shutil.copy(os.path.join(src, n), tmp_path / n)
-    code, out, _ = run_cli(["dynamics", "--replot", "--out", str(tmp_path)])
+    code, out, _ = run_cli(["dynamics", "--replot", "--overwrite", "--out", str(tmp_path)])
     assert code == 0
     for fig in ("trajectories.png", "phase_diagram.png", "escape_time.png"):
         assert (tmp_path / fig).stat().st_size > 10_000

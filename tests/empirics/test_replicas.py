@@ -203,7 +203,6 @@ def test_replicas_command_and_replot(run_cli, tmp_path):
     pairs = read_pairs(f"{out}/two_replicas.csv")
     assert len(pairs["alpha"]) == 12 and sorted(set(pairs["d"].tolist())) == [80, 120]
     assert pairs["status_1"].dtype.kind == "i" and pairs["branch"].tolist()[:3] == [0, 0, 0]
-    code, _, err = run_cli(["replicas", "--replot", "--no-se", "--out", out, "--ds", "80", "120", "--seeds", "3",
-                            "--alphas", "1.5", "--lams", "0.01", "--long-steps", "10", "--lanczos-steps", "10"])
+    code, _, err = run_cli(["replicas", "--replot", "--no-se", "--out", out])
     assert code == 0, err
     assert (tmp_path / "rep" / "q12_over_q.png").exists() and (tmp_path / "rep" / "summary.json").exists()

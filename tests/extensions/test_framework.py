@@ -9,17 +9,14 @@ import shutil
 import numpy as np
 import pytest
 
-from phasejax.extensions.framework import (
-    ExtensionResult,
-    agreement,
-    attach_theory,
-    branch_thresholds,
-    empirical_alpha_c,
-    mark_global_minimum,
-    paired_gap,
-    resolved_rows,
-    tied_thresholds,
+from phasejax.extensions._tables import agreement, attach_theory, ExtensionResult
+
+from phasejax.extensions._thresholds import (
+
+    branch_thresholds, empirical_alpha_c, mark_global_minimum, paired_gap, resolved_rows, tied_thresholds,
+
     with_tied_thresholds,
+
 )
 from phasejax.extensions.rank2 import rank2_params
 from phasejax.precision import float64_scope
@@ -181,6 +178,15 @@ def test_command_refuses_a_foreign_folder_before_computing(tmp_path, capsys):
     assert "--out" in err and "--overwrite" in err
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]       # nothing computed, nothing written
     assert main(["extension", "rank2", "--out", str(tmp_path / "empty"), "--replot"]) == 2
+    assert main(["extension", "rank2", "--tied-thresholds", "t.csv", "--out", str(tmp_path / "new")]) == 2
+
+
+def test_the_command_names_every_extension():
+    """The command line spells the extension names out (parsing imports no JAX); they are the library's."""
+    from phasejax.commands.extension import EXTENSION_NAMES
+    from phasejax.extensions import EXTENSIONS
+
+    assert EXTENSION_NAMES == EXTENSIONS
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "rank2", "runs.csv")), reason="no committed outputs")
@@ -191,7 +197,7 @@ def test_replot_of_the_committed_rank2_results_reproduces_them(tmp_path):
 
     out = tmp_path / "rank2"
     shutil.copytree(os.path.join(RESULTS, "rank2"), out)
-    assert main(["extension", "rank2", "--out", str(out), "--replot", "--no-progress"]) == 0
+    assert main(["extension", "rank2", "--out", str(out), "--replot", "--overwrite", "--no-progress"]) == 0
     for name in sorted(os.listdir(out)):
         with open(out / name, "rb") as a, open(os.path.join(RESULTS, "rank2", name), "rb") as b:
             assert a.read() == b.read(), name
@@ -200,16 +206,18 @@ def test_replot_of_the_committed_rank2_results_reproduces_them(tmp_path):
 def test_command_resumes_under_out_run_and_reuses_its_own_folder(tmp_path, monkeypatch):
     """The chunks of a run go to <out>/run by default (not a temporary folder), and a second run of the same
     configuration is let into the folder the first one claimed (it resumes there), another preset is not."""
-    import phasejax.commands.extension as command
+    import phasejax.extensions
     from phasejax.cli import main
 
     seen = []
-    monkeypatch.setattr(command, "run_extension", lambda name, preset, out, **kw: seen.append((out, kw)) or [])
+    monkeypatch.setattr(phasejax.extensions, "run_extension",
+                        lambda name, preset, out, **kw: seen.append((out, kw)) or [])
     out = tmp_path / "untied"
     assert main(["extension", "untied", "--out", str(out), "--no-progress"]) == 0
     (out / "theory.csv").write_text("alpha,omega\n")             # what the first run wrote
-    assert main(["extension", "untied", "--out", str(out), "--no-progress"]) == 0
-    assert [kw["run_dir"] for _, kw in seen] == [str(out / "run")] * 2
+    assert main(["extension", "untied", "--out", str(out), "--no-progress", "--chunk-size", "3"]) == 0
+    assert [kw["run"].run_dir for _, kw in seen] == [str(out / "run")] * 2
+    assert [kw["run"].chunk_size for _, kw in seen] == [None, 3]          # --chunk-size reaches every sweep
     assert main(["extension", "untied", "--out", str(out), "--preset", "gpu"]) == 2
     assert main(["extension", "untied", "--out", str(out), "--preset", "gpu", "--overwrite"]) == 0
     assert len(seen) == 3

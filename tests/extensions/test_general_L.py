@@ -15,7 +15,7 @@ from phasejax.extensions.general_L import (
     reversed_problem,
     reversed_rule,
 )
-from phasejax.extensions.framework import ExtensionResult, relative_gaps
+from phasejax.extensions._tables import ExtensionResult, relative_gaps
 from phasejax.extensions.second_A import se_map_at
 from phasejax.precision import float64_scope
 from phasejax.theory import SobolRule, make_params, token_swap_symmetric

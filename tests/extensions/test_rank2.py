@@ -9,7 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from phasejax.empirics.training import TrainConfig
-from phasejax.extensions.framework import run_tasks
+from phasejax.extensions._tables import run_tasks
 from phasejax.extensions.rank2 import (
     INITS,
     classify_fixed_point,
@@ -192,7 +192,7 @@ def test_gauge_fixed_solve_converges_and_rotated_fixed_point_is_fixed():
     quadrature error (spread of the map over the rule's four 512-point Sobol blocks)."""
     from scipy.stats import norm, qmc
 
-    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
+    from phasejax.extensions._tables import EXTENSION_SE_CONFIG
     from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.branches import free_mask
     from phasejax.theory.solver import resolve_scheme, solve_jit
@@ -245,7 +245,7 @@ def test_experiments_approach_theory_with_d():
     every init (docs/extensions/rank2.md), leave the positional subspace for the mixed fixed point (theta well
     above zero): at d = 400 their seed-mean test error agrees with the mixed SE within 2 standard errors plus the
     SE's 95% quadrature error, and excludes the positional SE; the seeds' spread shrinks with d."""
-    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
+    from phasejax.extensions._tables import EXTENSION_SE_CONFIG
     from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.quadrature import SobolRule
 
@@ -280,7 +280,7 @@ def test_smoothed_selection_moves_the_fixed_point_less_than_its_errors():
     shifts 1.4e-6 and 4.7e-7 against an error of 1.6e-5)."""
     import dataclasses
 
-    from phasejax.extensions.framework import EXTENSION_SE_CONFIG
+    from phasejax.extensions._tables import EXTENSION_SE_CONFIG
     from phasejax.extensions.rank2 import RANK2_APPROXIMATION
     from phasejax.theory.quadrature import SobolRule
 

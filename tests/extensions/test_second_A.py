@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasejax.extensions.framework import ExtensionResult, attach_reached_branch, relative_gaps, seed_means
+from phasejax.extensions._tables import attach_reached_branch, ExtensionResult, relative_gaps, seed_means
 from phasejax.extensions.second_A import mhat_at, second_A_params, semantic_branch_init
 from phasejax.precision import float64_scope
 from phasejax.theory.fields import Overlaps

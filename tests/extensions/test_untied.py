@@ -9,7 +9,7 @@ import pytest
 
 from phasejax.empirics.students import UntiedAttention
 from phasejax.empirics.training import TrainConfig
-from phasejax.extensions.framework import run_tasks
+from phasejax.extensions._tables import run_tasks
 from phasejax.extensions.untied import (
     INITS,
     tied_embedding,

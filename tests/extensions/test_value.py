@@ -20,7 +20,7 @@ from phasejax.extensions.value import (
     value_run,
     value_sweep,
 )
-from phasejax.extensions.framework import ExtensionResult
+from phasejax.extensions._tables import ExtensionResult
 from phasejax.theory import make_params
 
 COMMITTED = os.path.join(os.path.dirname(__file__), "..", "..", "results", "extensions", "value")
@@ -156,7 +156,7 @@ def test_committed_outputs_load_and_the_tied_runs_agree_with_theory_at_the_large
 @pytest.mark.slow
 def test_tied_runs_approach_theory_as_d_grows():
     """Tied student (gate 0) vs tied SE: the seed-averaged overlap error shrinks from d = 100 to d = 400."""
-    from phasejax.extensions.framework import diagram_tables
+    from phasejax.extensions._tables import diagram_tables
     from phasejax.extensions.value import attach_tied_theory, theory_reference
 
     th, _ = diagram_tables(theory_reference((1.8,), (0.3,)))

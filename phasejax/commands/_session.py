@@ -1,0 +1,244 @@
+"""What the `phasejax` command line does around a command's run (not a command: no `NAME`).
+
+* `explicit_flags`: which flags a command line gave, and how often (a flag given twice is refused; a flag that
+  `--replot` does not use is refused);
+* `prompt_interrupts`: Ctrl-C ends the process within seconds, also while a compiled program runs;
+* `compile_notice`: one line on a terminal while the first program compiles;
+* `use_compilation_cache`: JAX's persistent compilation cache for the command's process.
+
+None of this imports JAX at import time: the arguments are parsed, and usage errors reported, before JAX starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+INTERRUPT_GRACE_S = 3.0
+"""Seconds a Ctrl-C waits for the command to stop by itself before the process is ended."""
+
+
+class _Recorder(argparse.Namespace):
+    """A namespace that counts how often each attribute is set."""
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "_counts", collections.Counter())
+
+    def __setattr__(self, key, value):
+        self._counts[key] += 1
+        super().__setattr__(key, value)
+
+
+def explicit_flags(parser: argparse.ArgumentParser, argv) -> dict[str, int]:
+    """`{dest: times given}` of the options `argv` (a subcommand's arguments) gives explicitly to `parser`
+    (defaults left out: `argv` is parsed again with every default suppressed). Aliases count for their `dest`:
+    `solve --alphas 1 --alpha 2` gives `alphas` twice."""
+    saved = [(a, a.default) for a in parser._actions]
+    saved_defaults = dict(parser._defaults)
+    try:
+        for a in parser._actions:
+            a.default = argparse.SUPPRESS
+        parser._defaults.clear()
+        ns = _Recorder()
+        parser.parse_args(list(argv), ns)
+    finally:
+        for a, d in saved:
+            a.default = d
+        parser._defaults.update(saved_defaults)
+    return dict(ns._counts)
+
+
+def flag_name(parser: argparse.ArgumentParser, dest: str) -> str:
+    """The option string a user reads in `--help` for `dest` (its first long option)."""
+    for a in parser._actions:
+        if a.dest == dest and a.option_strings and a.help != argparse.SUPPRESS:
+            return next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+    for a in parser._actions:
+        if a.dest == dest and a.option_strings:
+            return a.option_strings[0]
+    return dest
+
+
+REPLOT_ALWAYS = frozenset({"replot", "out", "overwrite", "no_progress", "debug"})
+"""Flags every `--replot` uses (where it reads and writes, whether it may rewrite, progress bars)."""
+
+
+def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int]) -> None:
+    """`UsageError` for a flag given twice, and for a flag that `--replot` does not use (a command declares what
+    its replot uses with `argtypes.add_replot`)."""
+    from phasejax.commands.argtypes import UsageError
+
+    twice = sorted(flag_name(parser, d) for d, n in given.items() if n > 1)
+    if twice:
+        raise UsageError(f"{', '.join(twice)} given more than once (the last value would replace the others); "
+                         "give each flag once, with all its values")
+    if getattr(args, "replot", False):
+        uses = REPLOT_ALWAYS | set(getattr(args, "_replot_uses", ()))
+        unused = sorted(flag_name(parser, d) for d in given if d not in uses and not d.startswith("_"))
+        if unused:
+            raise UsageError(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used by --replot (it "
+                             "redraws from the files in --out, with the settings they were computed with); drop "
+                             f"{'it' if len(unused) == 1 else 'them'}, or run without --replot to compute anew")
+
+
+@contextlib.contextmanager
+def prompt_interrupts(message: str, grace: float = INTERRUPT_GRACE_S):
+    """Make Ctrl-C end the process within `grace` seconds, also inside a long compiled call.
+
+    Python raises `KeyboardInterrupt` only when the running XLA program returns, which can take minutes. A watcher
+    thread learns of the signal at once (`signal.set_wakeup_fd`); if the command has not stopped by itself within
+    `grace` seconds, it prints `message` and ends the process with exit code 130. Every file is written atomically
+    (a temporary file renamed into place), so nothing half-written is left behind, and finished chunks stay.
+    Outside the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        old = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        reader.close()
+        writer.close()
+        yield
+        return
+    stopped = threading.Event()
+
+    def watch():
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data or stopped.is_set():
+                return
+            if signal.SIGINT in data and not stopped.wait(grace):
+                print(message, file=sys.stderr, flush=True)
+                os._exit(130)
+
+    thread = threading.Thread(target=watch, name="phasejax-interrupts", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        signal.set_wakeup_fd(old)
+        writer.close()        # the watcher reads EOF and returns
+        thread.join(timeout=1.0)
+        reader.close()
+
+
+# ----------------------------------------------------------------------------
+# Compilation: the persistent cache and a line while the first program compiles
+# ----------------------------------------------------------------------------
+
+
+def cache_root() -> str:
+    """`$XDG_CACHE_HOME/phasejax` (default `~/.cache/phasejax`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "phasejax")
+
+
+def use_compilation_cache() -> str | None:
+    """Point JAX's persistent compilation cache at `cache_root()/jax` for this command's process, unless
+    `JAX_COMPILATION_CACHE_DIR` is set (then JAX uses it) or `PHASEJAX_COMPILE_CACHE=0`. A command run a second
+    time with the same shapes loads its compiled programs instead of compiling them again. Only the command line
+    does this; importing the library leaves JAX's configuration alone. Returns the directory used (None: off)."""
+    if os.environ.get("PHASEJAX_COMPILE_CACHE", "1") == "0":
+        return None
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    import jax
+
+    path = os.path.join(cache_root(), "jax")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None           # an unwritable home: run without the cache
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path
+
+
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+"""JAX's monitoring events whose durations make up the compilation time of a command."""
+
+_COMPILE = dict(active=None, seconds=0.0, listening=False)
+
+
+def _on_event(event: str, duration: float, **_) -> None:
+    if _COMPILE["active"] is not None and event in COMPILE_EVENTS:
+        _COMPILE["seconds"] += float(duration)
+
+
+def _times_path() -> str:
+    return os.path.join(cache_root(), "compile_seconds.json")
+
+
+def _read_times() -> dict:
+    try:
+        with open(_times_path()) as fh:
+            times = json.load(fh)
+        return times if isinstance(times, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def compile_message(command: str, last: float | None) -> str:
+    """The line shown while `command`'s first program compiles; `last`: its compilation seconds last time."""
+    about = (f"about {last:.0f} s, as last time" if last and last >= 1 else
+             "the first run of this command here can take minutes; the compilation cache shortens later runs")
+    return f"phasejax {command}: compiling ({about}) ..."
+
+
+@contextlib.contextmanager
+def compile_notice(command: str, enabled: bool):
+    """While the block runs, print `compile_message` once on stderr when JAX starts compiling, and record how long
+    the command compiled in all (`cache_root()/compile_seconds.json`, the estimate of the next run). `enabled`:
+    only on a terminal, and not with `--no-progress`."""
+    if not enabled:
+        yield
+        return
+    import logging
+
+    import jax
+
+    if not _COMPILE["listening"]:
+        jax.monitoring.register_event_duration_secs_listener(_on_event)
+        _COMPILE["listening"] = True
+    times = _read_times()
+    shown = []
+
+    class Notice(logging.Handler):
+        def emit(self, record):
+            if not shown and str(record.msg).startswith("Compiling"):
+                shown.append(True)
+                print(compile_message(command, times.get(command)), file=sys.stderr, flush=True)
+
+    logger = logging.getLogger("jax._src.interpreters.pxla")
+    handler, level = Notice(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    _COMPILE.update(active=command, seconds=0.0)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        seconds = _COMPILE["seconds"]
+        _COMPILE["active"] = None
+        if seconds > 0:
+            from phasejax.io import atomic_write_json
+
+            try:
+                atomic_write_json(_times_path(), dict(_read_times(), **{command: round(seconds, 1)}))
+            except OSError:
+                pass
