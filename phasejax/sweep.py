@@ -57,6 +57,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from phasejax import progress
+from phasejax._errors import RunError
 from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json
 
 Tasks = Mapping[str, np.ndarray]
@@ -401,26 +402,46 @@ def run_record(config: Mapping, tasks: Tasks, chunk_size: int) -> dict:
                 n_chunks=int(np.ceil(n / min(chunk_size, n))))
 
 
-def claim_run_dir(run_dir: str, record: Mapping) -> None:
-    """Create `run_dir/config.json` from `record`, or check that an existing one matches it.
+def _check_run_dir(run_dir: str) -> None:
+    if not str(run_dir).strip():
+        raise ValueError("run_dir is empty; pass a folder (or None for a temporary one)")
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ValueError(f"the run directory {run_dir} is a file, not a folder; pass a folder")
 
-    Raises `ValueError` naming the differing keys when the directory holds
-    another run (a different config, task table, library version or source, or chunk size).
+
+def claim_run_dir(run_dir: str, record: Mapping) -> dict:
+    """Create `run_dir/config.json` from `record`, or check that an existing one matches it; returns the record
+    the run goes on with.
+
+    A directory of the same run (the same fingerprint) made with another chunk size is reused with its own
+    chunking (the chunk size does not change the results; a note on stderr says so), and the record returned
+    has its `chunk_size` and `n_chunks`. Raises `ValueError` naming the differing keys when the directory holds
+    another run (a different config, task table, library version or source).
     """
+    _check_run_dir(run_dir)
     cfg_path = os.path.join(run_dir, "config.json")
     if not os.path.exists(cfg_path):
         os.makedirs(run_dir, exist_ok=True)
         atomic_write_json(cfg_path, dict(record))
-        return
+        return dict(record)
     try:
         old = read_json(cfg_path, kind=dict)
     except ValueError as e:
         raise ValueError(f"{e}: the run directory {run_dir} is not a phasejax run's; use a new run directory, or "
                          "delete it to recompute") from None
-    if old.get("fingerprint") == record["fingerprint"] and old.get("chunk_size") == record["chunk_size"]:
-        return
+    if old.get("fingerprint") == record["fingerprint"]:
+        chunk = old.get("chunk_size")
+        if chunk == record["chunk_size"]:
+            return dict(record)
+        if isinstance(chunk, int) and chunk >= 1:
+            import sys
+
+            n = record["n_tasks"]
+            print(f"phasejax: note: the run directory {run_dir} holds chunks of {chunk} tasks; going on with that "
+                  f"chunk size, not {record['chunk_size']} (the results do not depend on it)", file=sys.stderr)
+            return dict(record, chunk_size=int(min(chunk, n)), n_chunks=int(np.ceil(n / min(chunk, n))))
     diffs = [f"config.{k}" for k in config_differences(old.get("config", {}), record["config"])]
-    for key in ("version", "source", "n_tasks", "chunk_size"):
+    for key in ("version", "source", "n_tasks"):
         if old.get(key) != record[key]:
             diffs.append(f"{key} ({old.get(key)!r} there, {record[key]!r} now)")
     if not diffs:
@@ -453,12 +474,51 @@ def run_chunked(
     if options.run_dir is None:   # nothing to resume: a temporary folder, removed afterwards
         with tempfile.TemporaryDirectory() as tmp:
             return run_chunked(fn, tasks, config, options.replace(run_dir=tmp))
+    _check_run_dir(options.run_dir)
+    with run_dir_lock(options.run_dir, options.process_index):
+        return _run_chunked(fn, tasks, config, options)
+
+
+class RunDirectoryBusy(RunError):
+    """Another process is computing into the run directory (`run_dir_lock`)."""
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: str, process_index: int = 0):
+    """Hold the lock of `run_dir` for process `process_index` (an exclusive `flock` on `run_dir/.lock-<index>`,
+    released when the block ends or the process dies), so that two identical runs do not both compute into one
+    run directory: the second is refused at once with `RunDirectoryBusy` (a `RunError`) naming the other
+    process. The processes of a multi-host run each lock their own index."""
+    import fcntl
+
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, f".lock-{int(process_index)}")
+    fh = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            other = fh.read().strip() or "unknown"
+            raise RunDirectoryBusy(f"another process ({other}) is computing into the run directory {run_dir}; wait "
+                                   "for it to finish and run again (its chunks are reused), or use another run "
+                                   "directory (--run-dir)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        yield
+    finally:
+        fh.close()
+
+
+def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, options: RunOptions):
+    """`run_chunked` in a run directory whose lock this process holds."""
     n = _check_tasks(tasks)
     names = list(tasks)
     run_dir = options.run_dir
-    record = run_record(config, tasks, options.chunk_size)
+    record = claim_run_dir(run_dir, run_record(config, tasks, options.chunk_size))
     chunk_size, n_chunks = record["chunk_size"], record["n_chunks"]
-    claim_run_dir(run_dir, record)
     os.makedirs(os.path.join(run_dir, "chunks"), exist_ok=True)
 
     devices = list(jax.local_devices() if options.devices is None else options.devices)

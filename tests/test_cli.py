@@ -1,10 +1,12 @@
 """The `phasejax` command line: every subcommand's --help works (in-process, through the installed console
 script, and in a fresh virtual environment), defaults are shown, and bad flags are usage errors naming the flag."""
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -153,3 +155,79 @@ def test_results_record_the_command_as_typed(monkeypatch, argv, expected):
 
     monkeypatch.setattr("sys.argv", argv)
     assert command_line() == expected
+
+
+def test_parsing_and_usage_errors_do_not_start_jax():
+    """Arguments are parsed before JAX is imported: a usage error comes back without JAX's start-up cost."""
+    code = ("import sys\nfrom phasejax.cli import build_parser, main\nbuild_parser()\n"
+            "try:\n    main(['solve', '--alphas', 'x'])\nexcept SystemExit as e:\n    assert e.code == 2, e.code\n"
+            "assert 'jax' not in sys.modules, 'parsing imported jax'\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_commands_spell_the_libraries_names():
+    """Commands spell some choices out (so that parsing imports no JAX); they are the library's."""
+    from phasejax.commands import train
+    from phasejax.empirics import INITS, STUDENTS
+
+    assert train.INITS == INITS and train.STUDENTS == STUDENTS
+
+
+def test_ctrl_c_ends_a_long_compiled_call_within_seconds(tmp_path):
+    """Python sees Ctrl-C only when a compiled call returns; `prompt_interrupts` ends the process after its grace
+    period instead, with its message and exit code 130."""
+    import signal
+    import time
+
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from phasejax.commands._session import prompt_interrupts
+        grow = lambda c: (c[0] * 1.000000001, c[1] + 1.0)
+        f = jax.jit(lambda x: jax.lax.while_loop(lambda c: c[0] < 1e30, grow, (x, 0.0))[1])   # minutes
+        f.lower(1.0).compile()
+        with prompt_interrupts("phasejax test: interrupted", grace=1.0):
+            print("ready", flush=True)
+            f(1.0).block_until_ready()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        took = time.perf_counter() - t0
+    finally:
+        proc.kill()
+    assert rc == 130 and took < 15, (rc, took)
+    assert "phasejax test: interrupted" in proc.stderr.read()
+
+
+def test_a_line_while_the_first_program_compiles(tmp_path, monkeypatch, capsys):
+    import jax
+    import jax.numpy as jnp
+
+    from phasejax.commands import _session
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with _session.compile_notice("demo", enabled=True):
+        jax.jit(lambda x: jnp.sin(x) * 3.25 + 1.0)(jnp.arange(7.0)).block_until_ready()
+        jax.jit(lambda x: jnp.cos(x) * 1.5)(jnp.arange(5.0)).block_until_ready()
+    err = capsys.readouterr().err
+    assert err.count("phasejax demo: compiling (") == 1, err
+    assert "demo" in json.loads((tmp_path / "phasejax" / "compile_seconds.json").read_text())
+    assert _session.compile_message("demo", 42.0) == "phasejax demo: compiling (about 42 s, as last time) ..."
+    with _session.compile_notice("demo", enabled=False):      # not on a terminal: nothing
+        jax.jit(lambda x: x - 2.0)(jnp.arange(3.0)).block_until_ready()
+    assert capsys.readouterr().err == ""
+
+
+def test_an_interrupted_command_names_its_run_directory_only_if_it_has_one():
+    from phasejax.cli import build_parser, interrupted_message
+
+    solve = build_parser().parse_args(["solve", "--alphas", "1", "--omegas", "0.3"])
+    assert interrupted_message(solve) == "phasejax solve: interrupted"
+    train = build_parser().parse_args(["train", "--out", "o"])
+    assert "finished chunks stay in o/run" in interrupted_message(train)

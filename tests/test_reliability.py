@@ -491,3 +491,83 @@ def test_train_follows_the_exit_code_rule(monkeypatch, tmp_path, run_cli, status
     if needle:
         assert needle in one_error_line(err, "train")
     assert (tmp_path / "out" / "summary.json").exists()                   # the files are written first
+
+
+# ----------------------------------------------------------------------------
+# Run directories: locks, chunk sizes, names; output folders: markers, permissions
+# ----------------------------------------------------------------------------
+
+
+def test_two_identical_runs_do_not_both_compute(tmp_path):
+    from phasejax._errors import RunError
+    from phasejax.sweep import run_dir_lock
+
+    with run_dir_lock(str(tmp_path), 0):                   # another run holds the directory
+        with pytest.raises(RunError, match=r"another process \(pid \d+\) is computing into the run directory"):
+            run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=4))
+        assert not os.path.exists(chunk(tmp_path, 0))
+    assert run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=4)) is not None   # released: it runs
+
+
+def test_a_run_directory_of_another_chunk_size_is_reused(tmp_path, capsys):
+    """The chunk size does not change the results: a run directory made with another one goes on with its own
+    chunking, every finished chunk reused (it used to be refused as another run)."""
+    ref = run_chunked(_fn, TASKS, CONFIG, RunOptions(run_dir=str(tmp_path / "ref"), chunk_size=3, progress=False))
+    first = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=4, max_chunks=2))
+    assert first is None
+    before = snapshot(tmp_path / "chunks")
+    capsys.readouterr()
+    out = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=3))
+    assert "holds chunks of 4 tasks; going on with that chunk size" in capsys.readouterr().err
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])
+    after = snapshot(tmp_path / "chunks")
+    assert {k: after[k] for k in before} == before and len(after) == 3     # 2 reused, 1 computed, chunks of 4
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda p: "", "--run-dir is empty"),
+    (lambda p: (p / "file").write_text("x") and str(p / "file"), "is a file, not a folder"),
+])
+def test_a_run_dir_that_is_not_a_folder_is_a_usage_error(tmp_path, run_cli, make, needle):
+    run_dir = make(tmp_path)
+    code, _, err = run_cli([*TINY_TRAIN, "--out", str(tmp_path / "out"), "--run-dir", run_dir])
+    assert code == 2, err
+    line = one_error_line(err, "train")
+    assert needle in line and "--run-dir" in line
+    assert not (tmp_path / "out").exists()                  # a refused run leaves no folder with only the marker
+
+
+def test_a_damaged_output_marker_is_named(tmp_path, run_cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / OUTPUT_MARKER).write_text("{damaged")
+    (out / "runs.csv").write_text("alpha\n1\n")
+    code, _, err = run_cli([*TINY_TRAIN, "--out", str(out)])
+    assert code == 2
+    line = one_error_line(err, "train")
+    assert "configuration cannot be read" in line and OUTPUT_MARKER in line and "differing" not in line
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="permissions do not bind root")
+def test_a_read_only_out_is_found_before_computing(tmp_path, run_cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        code, _, err = run_cli([*TINY_TRAIN, "--out", str(out)])
+    finally:
+        out.chmod(0o755)
+    assert code == 2
+    line = one_error_line(err, "train")
+    assert "cannot write to --out" in line and ".tmp-" not in line
+
+
+def test_summaries_record_the_command_shell_quoted(monkeypatch):
+    import shlex
+
+    from phasejax.commands.experiment_flags import command_line
+
+    monkeypatch.setattr("sys.argv", ["/usr/bin/phasejax", "train", "--out", "my runs/a b", "--alphas", "1"])
+    assert command_line() == "phasejax train --out 'my runs/a b' --alphas 1"
+    assert shlex.split(command_line())[3] == "my runs/a b"

@@ -140,14 +140,7 @@ def apply_host_devices(argv) -> None:
 # ----------------------------------------------------------------------------
 
 
-class UsageError(ValueError):
-    """A bad input found after parsing (a conflict of flags, a file that is not what it should be): the command
-    line prints `phasejax <cmd>: error: <message>` and exits 2."""
-
-
-class RunError(RuntimeError):
-    """A run that cannot go on (it does not fit, a result cannot be written): the command line prints
-    `phasejax <cmd>: error: <message>` and exits 1."""
+from phasejax._errors import RunError, UsageError  # noqa: E402 - the errors of the library and the command line
 
 
 OUTPUT_MARKER = ".phasejax-output.json"

@@ -52,9 +52,13 @@ PRESETS = {
 }
 
 
-def add_arguments(ap) -> None:
-    from phasejax.empirics import INITS, STUDENTS
+INITS = ("positional", "semantic", "random")
+STUDENTS = ("tied", "untied", "linear")
+"""`phasejax.empirics.INITS` and `STUDENTS`, spelled here so that parsing the command line does not import JAX
+(a test checks that they agree)."""
 
+
+def add_arguments(ap) -> None:
     add_preset(ap, "cpu: d = 200, alphas 0.5 ... 2.5, omegas 0.1, 0.3, 3 seeds; "
                    "gpu: d = 1000, 30 alphas, 6 omegas, 10 seeds")
     ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
