@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The positional subspace's reduced map at alpha = 0.6, omega = 0: how many fixed points are there?
 
-    python scripts/census_profile.py [--alpha 0.6] [--omega 0.0] [--out results/census]
+    python scripts/census_profile.py [--alpha 0.6] [--omega 0.0] [--out runs/census_profile]
+    python scripts/census_profile.py --out results/census --overwrite      # rewrite the committed profile
 
 For each `m` on a grid, (q, V) are solved self-consistently with `m` held, and `F_m(m) - m` is recorded
 (`F_m`: the SE map's `m` component). Fixed points of the positional subspace are its zeros. Done with the
@@ -70,8 +71,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--omega", type=float, default=0.0)
-    ap.add_argument("--out", default="results/census")
+    ap.add_argument("--out", default=os.path.join("runs", "census_profile"), help="output folder")
+    ap.add_argument("--overwrite", action="store_true", help="replace the profile's files in --out if they exist")
     args = ap.parse_args(argv)
+    from phasejax.commands.argtypes import UsageError, guard_output_file
+
+    stem = os.path.join(args.out, f"profile_alpha{args.alpha:g}_omega{args.omega:g}")
+    try:
+        for path in (stem + ".csv", stem + ".png"):       # before any compute
+            guard_output_file(path, args.overwrite)
+    except UsageError as e:
+        ap.error(str(e))
 
     from matplotlib.figure import Figure
 
@@ -96,8 +106,6 @@ def main(argv=None):
     ax.set_ylabel(r"$F_m(m) - m$  (q, V self-consistent)")
     ax.set_title(f"Positional subspace, alpha = {args.alpha:g}, omega = {args.omega:g}: zeros are fixed points")
     ax.legend(loc="lower left", fontsize=8)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"profile_alpha{args.alpha:g}_omega{args.omega:g}")
     print("wrote", write_csv(stem + ".csv", cols, order=list(cols)))
     print("wrote", save_figure(fig, stem + ".png"))
 

@@ -21,7 +21,8 @@ Per branch (`BRANCH_INITS`) and seed, in float64, at the paper's point
 
 The SE's `C` per branch is read from `--se-reference` (written by `phasejax
 gamp`); without that file `--C0` is used for both branches. Writes
-`--out/fixed_point_check.json` (config, per-run numbers and histories,
+`--out/fixed_point_check.json` (default runs/gamp_fixed_point_check; an existing file only with --overwrite;
+config, per-run numbers and histories,
 timings) and prints a table. About 4 minutes of CPU at the defaults.
 """
 
@@ -58,11 +59,19 @@ def main(argv=None) -> int:
     ap.add_argument("--se-reference", default="results/gamp/se_reference.json",
                     help="SE fixed points (V per branch) written by `phasejax gamp`")
     ap.add_argument("--C0", type=float, default=50.0, help="GAMP's C0 where no SE reference is found")
-    ap.add_argument("--out", default="results/gamp")
+    ap.add_argument("--out", default=os.path.join("runs", "gamp_fixed_point_check"),
+                    help="output folder of fixed_point_check.json")
+    ap.add_argument("--overwrite", action="store_true", help="replace --out/fixed_point_check.json if it exists")
     args = ap.parse_args(argv)
     for name in ("d", "max_steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer")
+    from phasejax.commands.argtypes import UsageError, guard_output_file
+
+    try:
+        out_path = guard_output_file(os.path.join(args.out, "fixed_point_check.json"), args.overwrite)
+    except UsageError as e:
+        ap.error(str(e))
 
     import jax
     import jax.numpy as jnp
@@ -151,9 +160,7 @@ def main(argv=None) -> int:
                inits={b: list(BRANCH_INITS[b]) for b in args.branches},
                data_key="PRNGKey(seed)", init_key="PRNGKey(seed + 10**6)", perturbation_key="PRNGKey(seed + 2*10**6)")
     timings = dict(total_wall_s=time.perf_counter() - t_start, cpu_s=time.process_time())
-    os.makedirs(args.out, exist_ok=True)
-    path = atomic_write_json(os.path.join(args.out, "fixed_point_check.json"),
-                             dict(config=cfg, runs=rows, timings=timings))
+    path = atomic_write_json(out_path, dict(config=cfg, runs=rows, timings=timings))
 
     print(f"\nd = {args.d}, n = {n}; not-global prox samples at C = SE / " + " / ".join(f"{c:g}" for c in args.C_values))
     print(f"{'branch':<11}{'seed':>5}{'lbfgs':>10}{'q':>8}  {'not global':<12}{'eps':>7}{'status':>16}{'it':>4}"

@@ -79,8 +79,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4, help="seeds per size and init")
     ap.add_argument("--tie-width", type=float, default=0.0,
                     help="MapApproximation.tie_width of every solve (0: each node's lowest prox minimum)")
-    ap.add_argument("--out", default=os.path.join("results", "extensions", "general_L", "rank2_point.jsonl"))
+    ap.add_argument("--out", default=os.path.join("runs", "general_L_rank2_point.jsonl"), help="output file")
+    ap.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = ap.parse_args()
+    from phasejax.commands.argtypes import UsageError, guard_output_file
+
+    try:
+        guard_output_file(args.out, args.overwrite)       # before any compute
+    except UsageError as e:
+        ap.error(str(e))
     lines = []
 
     def emit(out: dict) -> None:

@@ -571,3 +571,37 @@ def test_summaries_record_the_command_shell_quoted(monkeypatch):
     monkeypatch.setattr("sys.argv", ["/usr/bin/phasejax", "train", "--out", "my runs/a b", "--alphas", "1"])
     assert command_line() == "phasejax train --out 'my runs/a b' --alphas 1"
     assert shlex.split(command_line())[3] == "my runs/a b"
+
+
+@pytest.mark.parametrize("script,existing", [("census_profile.py", "profile_alpha0.6_omega0.csv"),
+                                             ("gamp_fixed_point_check.py", "fixed_point_check.json")])
+def test_scripts_refuse_to_overwrite_results_before_computing(tmp_path, script, existing):
+    """The scripts wrote into results/ by default, replacing the committed files; their default is under runs/
+    and an existing file is replaced only with --overwrite (checked before any compute)."""
+    import subprocess
+    import sys
+
+    (tmp_path / existing).write_text("kept\n")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "--overwrite" in out.stderr and (tmp_path / existing).read_text() == "kept\n"
+    with open(os.path.join(ROOT, "scripts", script)) as fh:
+        assert '"--out", default="results' not in fh.read()
+
+
+def test_replot_into_a_folder_the_command_did_not_write_needs_overwrite(tmp_path, run_cli):
+    """`--replot --out results/X` skipped the guard: it rewrote committed figures and summaries silently."""
+    from phasejax.empirics import RUN_COLUMNS, write_runs_csv
+
+    runs = {k: np.zeros(2) for k in RUN_COLUMNS}
+    runs.update(alpha=np.asarray([0.5, 1.0]), d=np.asarray([20, 20]), init=np.asarray([2, 2]), seed=np.asarray([0, 1]),
+                n=np.asarray([10, 20]), steps=np.asarray([3, 3]),
+                solution=np.asarray([0, 1]), status=np.zeros(2, int), converged=np.ones(2, bool))
+    write_runs_csv(runs, str(tmp_path / "runs.csv"))
+    before = snapshot(tmp_path)
+    code, _, err = run_cli(["random-init", "--replot", "--out", str(tmp_path)])
+    assert code == 2 and "--overwrite" in one_error_line(err, "random-init")
+    assert snapshot(tmp_path) == before
+    code, _, err = run_cli(["random-init", "--replot", "--out", str(tmp_path), "--overwrite"])
+    assert code == 0, err
