@@ -258,6 +258,9 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
     (["train", "--inits", "semantic", "semantic"], 2, "--inits repeats semantic"),
     (["train", "--value-rank", "2"], 2, "--value-rank"),
     (["train", "--d", "10000000"], 1, "GiB available; shrink --d"),
+    (["gamp", "--ds", "10000000"], 1, "GiB available; shrink the largest of --ds"),
+    (["markov", "--length", "1000000"], 1, "GiB available; shrink --length"),
+    (["histogram", "--d", "1000000", "--p", "1000000"], 1, "GiB available; shrink --d or --p"),
     (["phase-diagram", "--n-alpha", "100000", "--n-omega", "1000"], 2, "--n-alpha"),
     (["phase-diagram", "--n-alpha", "999999", "--n-omega", "1"], 1, "GiB available; shrink --n-alpha"),
     (["phase-diagram", "--alpha-min", "2", "--alpha-max", "1"], 2, "--alpha-max"),
@@ -605,3 +608,14 @@ def test_replot_into_a_folder_the_command_did_not_write_needs_overwrite(tmp_path
     assert snapshot(tmp_path) == before
     code, _, err = run_cli(["random-init", "--replot", "--out", str(tmp_path), "--overwrite"])
     assert code == 0, err
+
+
+def test_a_full_disk_is_one_line_naming_the_file():
+    import errno
+
+    from phasejax.cli import error_line
+
+    code, line = error_line(OSError(errno.ENOSPC, "No space left on device", "/data/out/runs.csv"))
+    assert code == 1 and "no space left on the disk of /data/out/runs.csv" in line and "[Errno" not in line
+    code, line = error_line(PermissionError(errno.EACCES, "Permission denied", "/ro/out/summary.json"))
+    assert code == 1 and "/ro/out/summary.json" in line and "writable --out" in line

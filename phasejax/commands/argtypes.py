@@ -318,6 +318,17 @@ def guard_output_file(path: str, overwrite: bool, *, flag: str = "--out") -> str
     return path
 
 
+def check_fits(need: float, what: str, shrink: str) -> None:
+    """Refuse, before any compile, a run that needs about `need` bytes (`what` needs them) beyond
+    `phasejax.sweep.available_memory()`: `RunError` with the estimate and `shrink`, the flags that shrink it."""
+    from phasejax.sweep import available_memory
+
+    have = available_memory()
+    if need > have:
+        raise RunError(f"{what} need{'s' if not what.endswith('s') else ''} about {need / 2**30:.3g} GiB, "
+                       f"{have / 2**30:.3g} GiB available; shrink {shrink}")
+
+
 def was_given(args, dest: str) -> bool:
     """Whether the command line gave the flag `dest` explicitly (the command line records them in `args._given`;
     a namespace built otherwise counts none as given)."""

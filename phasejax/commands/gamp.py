@@ -31,6 +31,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    check_fits,
     add_replot,
     add_run_options,
     default_out,
@@ -75,7 +76,7 @@ def add_arguments(ap) -> None:
 def run(args) -> int:
     import numpy as np
 
-    from phasejax.empirics.gamp import GAMPSweep, gamp_sweep
+    from phasejax.empirics.gamp import GAMPSweep, gamp_memory_estimate, gamp_sweep
     from phasejax.empirics.gamp_analysis import BRANCHES, plot_gamp_sweep, se_references, summarize_gamp_sweep
     from phasejax.io import atomic_write_json
     from phasejax.theory import make_params
@@ -91,6 +92,9 @@ def run(args) -> int:
         onsagers = ("stein", "pointwise") if args.onsager == "both" else (args.onsager,)
         ds = pick(args, "ds", preset)
         refuse_duplicates(ds, "--ds")
+        check_fits(gamp_memory_estimate(max(ds), args.alpha, chunk_size=args.chunk_size, dtype=dtype_from(args)),
+                   f"a chunk of {args.chunk_size} GAMP runs at d = {max(ds)} (n = {round(args.alpha * max(ds))})",
+                   "the largest of --ds (or --chunk-size, or --alpha)")
         sweep = gamp_sweep(params, ds, np.arange(pick(args, "seeds", preset)),
                            onsagers=onsagers, max_iter=pick(args, "max_steps", preset), tail=args.tail,
                            dtype=dtype_from(args), options=run_options_from(args, args.out))

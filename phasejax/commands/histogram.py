@@ -23,6 +23,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    check_fits,
     add_replot,
     add_run_options,
     default_out,
@@ -94,7 +95,8 @@ def run(args) -> int:
 
     from phasejax.io import atomic_write_json
     from phasejax.tasks.histogram import HistogramTask
-    from phasejax.tasks.transformer import TwoSolutions, TwoSolutionsConfig, two_solutions
+    from phasejax.tasks.transformer import (TwoSolutions, TwoSolutionsConfig, two_solutions,
+                                            two_solutions_memory_estimate)
 
     if args.replot:
         print_paths([_plot(TwoSolutions.load(args.out), args.out)])
@@ -105,6 +107,9 @@ def run(args) -> int:
                                 sgd_steps=pick(args, "sgd_steps", preset), sgd_learning_rate=args.sgd_learning_rate,
                                 noise=args.noise, batch_size=args.batch_size, n_test=args.n_test)
     seeds = tuple(range(pick(args, "seeds", preset)))
+    check_fits(two_solutions_memory_estimate(config, min(args.chunk_size, 2 * len(seeds)), dtype_from(args)),
+               f"a chunk of {min(args.chunk_size, 2 * len(seeds))} runs (--d {args.d}, --p {args.p}, --L {args.L}, "
+               f"{config.n_test} test sequences)", "--d or --p (or --n-test, --L, --chunk-size)")
     options = run_options_from(args, args.out)
     t0, c0 = time.perf_counter(), time.process_time()
     result = two_solutions(config, seeds, dtype=dtype_from(args), options=options)

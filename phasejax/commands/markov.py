@@ -30,6 +30,7 @@ import time
 
 from phasejax.commands.argtypes import (
     add_output,
+    check_fits,
     add_run_options,
     default_out,
     nonnegative_float,
@@ -110,6 +111,7 @@ def run(args) -> int:
         MarkovGrid,
         MarkovTraining,
         critical_point_check,
+        markov_memory_estimate,
         markov_sweep,
         markov_trace,
         plot_critical_spectra,
@@ -137,6 +139,9 @@ def run(args) -> int:
     grid = MarkovGrid(ps=tuple(args.ps or preset["ps"]), qs=tuple(args.qs or preset["qs"]), tied=tied,
                       seeds=tuple(range(args.seeds or preset["seeds"])))
     args.chunk_size = args.chunk_size or preset["chunk_size"]
+    check_fits(markov_memory_estimate(training, args.chunk_size),
+               f"a chunk of {args.chunk_size} training runs (chains of length {training.length}, {training.n_eval} "
+               f"evaluation chains)", "--length (or --n-eval, --batch-size, --chunk-size)")
     options = run_options_from(args, out)
     timings = {}
     written = []

@@ -16,7 +16,7 @@ import os
 import time
 
 from phasejax.commands.argtypes import (
-    RunError,
+    check_fits,
     UsageError,
     refuse_duplicates,
     add_output,
@@ -87,14 +87,10 @@ def check_size(grid, args, dtype) -> None:
     """Refuse, before any compile, a run whose data do not fit: one run holds about `5 (n_max + n_test) L d`
     numbers (`phasejax.empirics.run_memory_estimate`); `RunError` with the estimate and the flags that shrink it."""
     from phasejax.empirics.sweep import run_memory_estimate
-    from phasejax.sweep import available_memory
 
-    need = run_memory_estimate(grid, n_test=args.n_test, dtype=dtype)
-    have = available_memory()
-    if need > have:
-        raise RunError(f"one training run at --d {grid.d} with alpha up to {max(grid.alphas):g} "
-                       f"({grid.n_max} samples) needs about {need / 2**30:.3g} GiB, {have / 2**30:.3g} GiB "
-                       "available; shrink --d (or the largest of --alphas, or --n-test)")
+    check_fits(run_memory_estimate(grid, n_test=args.n_test, dtype=dtype),
+               f"one training run at --d {grid.d} with alpha up to {max(grid.alphas):g} ({grid.n_max} samples)",
+               "--d (or the largest of --alphas, or --n-test)")
 
 
 def run(args) -> int:

@@ -518,6 +518,13 @@ class GAMPSweep(ResultBundle):
         return self.replace(columns=c)
 
 
+def gamp_memory_estimate(d: int, alpha: float, *, L: int = 2, chunk_size: int = 1, dtype=jnp.float32) -> int:
+    """Bytes a chunk of `chunk_size` GAMP runs at dimension `d` needs, about: `4 n L d * itemsize` per run
+    (`n = alpha d` samples: the data, its products with the estimates and their gradients), the runs side by
+    side. The `gamp` command refuses, before any compile, a chunk beyond `phasejax.sweep.available_memory()`."""
+    return int(4 * chunk_size * round(alpha * d) * L * d * np.dtype(dtype).itemsize)
+
+
 def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positional", "semantic"),
                onsagers=ONSAGER_FORMS, C0: float = 50.0, max_iter: int = 150, tol: float | None = None,
                damping: dict | None = None, prox_starts: str = "multi", tail: int = 20, dtype=jnp.float32,

@@ -176,6 +176,16 @@ def _positive_number(value, name: str) -> float:
     return float(value)
 
 
+def two_solutions_memory_estimate(config: "TwoSolutionsConfig", chunk_size: int = 1, dtype=jnp.float32) -> int:
+    """Bytes a chunk of `chunk_size` runs of the two-solution experiment needs, about: per run, the test, probe
+    and training sequences with their activations, `3 (n_test + n_probe + batch_size) L (d + L + p)` numbers,
+    the runs side by side. The `histogram` command refuses, before any compile, a chunk beyond
+    `phasejax.sweep.available_memory()`."""
+    c = config
+    rows = c.n_test + c.n_probe + c.batch_size
+    return int(3 * chunk_size * rows * c.task.L * (c.d + c.task.L + c.p) * np.dtype(dtype).itemsize)
+
+
 @dataclasses.dataclass(frozen=True)
 class TwoSolutionsConfig:
     """Settings of the two-solution experiment (validated; all of it enters the run's fingerprint).

@@ -60,6 +60,7 @@ from phasejax.tasks.markov.critical import (
 from phasejax.tasks.markov.sweep import (
     MarkovTraining, markov_run, markov_trace, plot_markov_trace, curve_steps, MarkovGrid, RUN_COLUMNS,
     reference_losses, shortest_float64, classify_runs, cell_summary, expected_facts, MarkovSweep, markov_sweep,
+    markov_memory_estimate,
 )
 from phasejax.tasks.markov.figures import (
     plot_markov_phase_diagrams, plot_markov_curves, plot_critical_spectra,
@@ -73,6 +74,6 @@ __all__ = [
     "active_names", "predicted_critical_spectrum", "CriticalPointCheck", "critical_point_check",
     "stationary_direction_curvature", "MarkovTraining", "markov_run", "markov_trace", "plot_markov_trace",
     "curve_steps", "MarkovGrid", "RUN_COLUMNS", "reference_losses", "shortest_float64", "classify_runs",
-    "cell_summary", "expected_facts", "MarkovSweep", "markov_sweep", "plot_markov_phase_diagrams",
+    "cell_summary", "expected_facts", "MarkovSweep", "markov_sweep", "markov_memory_estimate", "plot_markov_phase_diagrams",
     "plot_markov_curves", "plot_critical_spectra",
 ]

@@ -277,6 +277,17 @@ class MarkovSweep(ResultBundle):
              BundleFile("summary.json"))
 
 
+def markov_memory_estimate(training: "MarkovTraining", chunk_size: int = 1) -> int:
+    """Bytes a chunk of `chunk_size` training runs needs, about: per run, 3 times the float32 numbers of a
+    training batch with its activations, `batch_size N (N + 4 d + width)` (`N` the chain length: the attention
+    matrices are `N x N`), of the evaluation chains, `n_eval N`, and of one evaluation block's attention,
+    `max(2^20, N^2)` (`estimate_population_loss`), the runs side by side. The `markov` command refuses, before
+    any compile, a chunk beyond `phasejax.sweep.available_memory()`."""
+    t = training
+    per_run = t.batch_size * t.length * (t.length + 4 * t.d + t.width) + t.n_eval * t.length + max(2**20, t.length**2)
+    return int(3 * 4 * chunk_size * per_run)
+
+
 def markov_sweep(grid: MarkovGrid = MarkovGrid(), training: MarkovTraining = MarkovTraining(), *, tol: float = 1e-3,
                  options=None) -> MarkovSweep | None:
     """Train every `(p, q, tied, seed)` of `grid` (`markov_run`, vmapped in resumable chunks; `options` as in
