@@ -62,7 +62,7 @@ def test_flag_values_are_never_replaced_by_the_preset():
     """An explicit value wins; only omitted flags take the preset's value (`--steps 0` used to become 2500)."""
     from phasejax.cli import build_parser
     from phasejax.commands.counting import PRESETS
-    from phasejax.commands.experiment_flags import pick
+    from phasejax.commands.flags import pick
 
     args = build_parser().parse_args(["counting", "--steps", "7"])
     assert pick(args, "steps", PRESETS["cpu"]) == 7
@@ -151,7 +151,7 @@ def test_older_spellings_are_hidden_aliases(run_cli):
     (["/some/folder/script.py", "--flag"], "script.py --flag"),
 ])
 def test_results_record_the_command_as_typed(monkeypatch, argv, expected):
-    from phasejax.commands.experiment_flags import command_line
+    from phasejax.commands.flags import command_line
 
     monkeypatch.setattr("sys.argv", argv)
     assert command_line() == expected
@@ -231,3 +231,29 @@ def test_an_interrupted_command_names_its_run_directory_only_if_it_has_one():
     assert interrupted_message(solve) == "phasejax solve: interrupted"
     train = build_parser().parse_args(["train", "--out", "o"])
     assert "finished chunks stay in o/run" in interrupted_message(train)
+
+
+@pytest.mark.parametrize("argv,dest,value", [
+    (["markov", "--skip-critical"], "no_critical", True),
+    (["bench-training", "--skip-gamp"], "no_gamp", True),
+    (["histogram", "--p", "7"], "width", 7),
+    (["counting", "--ps", "3", "5"], "widths", [3, 5]),
+    (["replicas", "--lams", "0"], "lams", [0.0]),          # --lams 0 is accepted, as --lam 0
+])
+def test_one_vocabulary_with_older_spellings_hidden(argv, dest, value, run_cli):
+    from phasejax.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), dest) == value
+    _, out, _ = run_cli([argv[0], "--help"])
+    assert argv[1] not in out.split() or argv[1] in ("--lams",)
+
+
+def test_long_commands_have_no_progress_and_sweeps_chunk_size():
+    import argparse
+
+    from phasejax.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("bench-training", "extension", "solve", "census", "phase-diagram", "train", "gamp", "markov"):
+        assert "--no-progress" in sub[name]._option_string_actions, name
+    assert "--chunk-size" in sub["extension"]._option_string_actions

@@ -260,7 +260,7 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
     (["train", "--d", "10000000"], 1, "GiB available; shrink --d"),
     (["gamp", "--ds", "10000000"], 1, "GiB available; shrink the largest of --ds"),
     (["markov", "--length", "1000000"], 1, "GiB available; shrink --length"),
-    (["histogram", "--d", "1000000", "--p", "1000000"], 1, "GiB available; shrink --d or --p"),
+    (["histogram", "--d", "1000000", "--width", "1000000"], 1, "GiB available; shrink --d or --width"),
     (["phase-diagram", "--n-alpha", "100000", "--n-omega", "1000"], 2, "--n-alpha"),
     (["phase-diagram", "--n-alpha", "999999", "--n-omega", "1"], 1, "GiB available; shrink --n-alpha"),
     (["phase-diagram", "--alpha-min", "2", "--alpha-max", "1"], 2, "--alpha-max"),
@@ -321,7 +321,8 @@ def test_help_texts_show_each_default_once(run_cli):
     assert "(default: semantic)" in " ".join(out.split())                # no hidden default
     _, out, _ = run_cli(["phase-diagram", "--help"])
     flat = " ".join(out.split())
-    assert "--sigma SIGMA (default: 0.5)" in flat and "--n-alpha N_ALPHA (default: 23)" in flat   # no help text
+    assert "--sigma SIGMA token standard deviation (default: 0.5)" in flat
+    assert "--n-alpha N_ALPHA number of alphas (default: 23)" in flat
 
 
 # ----------------------------------------------------------------------------
@@ -569,7 +570,7 @@ def test_a_read_only_out_is_found_before_computing(tmp_path, run_cli):
 def test_summaries_record_the_command_shell_quoted(monkeypatch):
     import shlex
 
-    from phasejax.commands.experiment_flags import command_line
+    from phasejax.commands.flags import command_line
 
     monkeypatch.setattr("sys.argv", ["/usr/bin/phasejax", "train", "--out", "my runs/a b", "--alphas", "1"])
     assert command_line() == "phasejax train --out 'my runs/a b' --alphas 1"

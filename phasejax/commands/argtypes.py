@@ -18,82 +18,26 @@ def _number(kind, text: str):
     return value
 
 
-def finite_float(text: str) -> float:
-    """Any finite number (no nan, no inf)."""
-    return _number(float, text)
+def _bounded(kind, ok, rule: str, doc: str):
+    """An argparse type: a `kind` (int or float) for which `ok(value)` holds, else a usage error `<rule>, got ...`."""
+    def parse(text: str):
+        value = _number(kind, text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+        return value
+
+    parse.__doc__, parse.__name__ = doc, rule or "finite number"
+    return parse
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    value = _number(int, text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    """An integer >= 0."""
-    value = _number(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0."""
-    value = _number(float, text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = _number(float, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def unit_interval(text: str) -> float:
-    """A number in [0, 1]."""
-    value = _number(float, text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
-    return value
-
-
-def open_unit_interval(text: str) -> float:
-    """A number in (0, 1)."""
-    value = _number(float, text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in the open interval (0, 1), got {value}")
-    return value
-
-
-def add_run_options(parser: argparse.ArgumentParser, *, chunk_size: int | None = 16, multi_host: bool = True,
-                    chunk_help: str = "tasks per compiled call (memory grows with it; the results do not change)"
-                    ) -> None:
-    """The flags of `phasejax.sweep.RunOptions` shared by every sweep command: `--run-dir`, `--chunk-size`,
-    `--host-devices`, `--no-progress`, and with `multi_host` `--process-index`, `--process-count`."""
-    g = parser.add_argument_group("run options (resume, chunking, devices" + (", multi-host)" if multi_host else ")"))
-    g.add_argument("--run-dir", default=None,
-                   help="folder for chunk files and config.json; re-running with the same flags resumes there; "
-                        "default: <out>/run")
-    g.add_argument("--chunk-size", type=positive_int, default=chunk_size, help=chunk_help)
-    g.add_argument("--host-devices", type=positive_int, default=None,
-                   help="simulate this many CPU devices (sets XLA_FLAGS before JAX starts)")
-    if multi_host:
-        g.add_argument("--process-index", type=nonnegative_int, default=0, help="this process (multi-host runs)")
-        g.add_argument("--process-count", type=positive_int, default=1,
-                       help="number of processes (multi-host runs)")
-    add_progress(g)
-
-
-def add_progress(parser) -> None:
-    """`--no-progress`: no progress bars or progress lines (they are drawn only when stderr is a terminal)."""
-    parser.add_argument("--no-progress", action="store_true",
-                        help="hide the progress bars and lines (they are drawn only when stderr is a terminal)")
+finite_float = _bounded(float, lambda v: True, "", "Any finite number (no nan, no inf).")
+positive_int = _bounded(int, lambda v: v >= 1, "must be a positive integer", "An integer >= 1.")
+nonnegative_int = _bounded(int, lambda v: v >= 0, "must be a non-negative integer", "An integer >= 0.")
+positive_float = _bounded(float, lambda v: v > 0, "must be > 0", "A finite number > 0.")
+nonnegative_float = _bounded(float, lambda v: v >= 0, "must be >= 0", "A finite number >= 0.")
+unit_interval = _bounded(float, lambda v: 0.0 <= v <= 1.0, "must lie in [0, 1]", "A number in [0, 1].")
+open_unit_interval = _bounded(float, lambda v: 0.0 < v < 1.0, "must lie in the open interval (0, 1)",
+                              "A number in (0, 1).")
 
 
 def run_dir_from(args, out: str | None = None) -> str | None:
@@ -149,42 +93,6 @@ OUTPUT_MARKER = ".phasejax-output.json"
 RUNTIME_FLAGS = frozenset({"out", "overwrite", "run_dir", "chunk_size", "host_devices", "process_index",
                            "process_count", "no_progress", "debug", "max_chunks", "replot", "command"})
 """Flags that change how a run goes, not what it computes: left out of an output folder's identity."""
-
-
-def default_out(command: str) -> str:
-    """The default output folder of `command`: `runs/<command>` (hyphens as underscores). The committed
-    `results/` folders are written only when `--out` names them."""
-    return os.path.join("runs", command.replace("-", "_"))
-
-
-def add_output(parser: argparse.ArgumentParser, default, *, help: str | None = None, guard: bool = True) -> None:
-    """`--out` (default `default`: a path, usually `default_out(NAME)`, or a function of the parsed arguments
-    for a default that depends on other flags) and `--overwrite`.
-
-    With `guard` (the default) the command line calls `guard_output` before the command runs: an `--out` folder
-    that holds results of another configuration (or of unknown origin) is refused with one line naming it and
-    the flags to pass, unless `--overwrite`; a folder this configuration created is reused (a killed run resumes).
-    With `--replot` it calls `guard_replot` instead. A command whose `--out` is one file passes `guard=False` and
-    calls `guard_output_file` itself.
-    """
-    parser.add_argument("--out", default=None if callable(default) else default,
-                        help=help or "output folder (created; refused when it holds another configuration's "
-                                     "results unless --overwrite)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="write into --out even when it holds results of another configuration (they are "
-                             "replaced file by file)")
-    if callable(default):
-        parser.set_defaults(_out_default=default)
-    if guard:
-        parser.set_defaults(_guard_output=True)
-
-
-def add_replot(parser: argparse.ArgumentParser, help: str, *, uses=()) -> None:
-    """`--replot`: redo figures and summaries from the files in `--out`, without computing. `uses` names the
-    flags (dests) the replot reads besides `--out` and `--overwrite`; the command line refuses any other flag
-    given with `--replot` (`phasejax.commands._session.refuse_unused`)."""
-    parser.add_argument("--replot", action="store_true", help=help)
-    parser.set_defaults(_replot_uses=tuple(uses))
 
 
 def output_identity(args) -> dict:
@@ -374,3 +282,15 @@ def refuse_conflict(args, flag: str, other: str, why: str) -> None:
     b = getattr(args, other.lstrip("-").replace("-", "_"))
     if a not in (None, False, 0) and b not in (None, False, 0):
         raise UsageError(f"{flag} and {other} exclude each other: {why}")
+
+
+_MOVED = ("add_output", "default_out", "add_run_options", "add_replot", "add_progress")
+
+
+def __getattr__(name: str):
+    """The flag blocks moved to `phasejax.commands.flags`; `bench` and `depth` still import some of them here."""
+    if name in _MOVED:
+        from phasejax.commands import flags
+
+        return getattr(flags, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,8 +25,8 @@ from __future__ import annotations
 import datetime
 import os
 
-from phasejax.commands.argtypes import UsageError, add_output, guard_output_file, positive_float, positive_int
-from phasejax.commands.experiment_flags import add_dtype, add_preset, dtype_from, environment, pick, print_paths
+from phasejax.commands import flags
+from phasejax.commands.argtypes import UsageError, guard_output_file, positive_float, positive_int
 from phasejax.io import atomic_write_json
 
 NAME = "bench-training"
@@ -34,22 +34,22 @@ HELP = "benchmark: vmapped training sweep vs a Python loop; L-BFGS, GD, Adam and
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 200, 50 GD steps, one chunk of 500 runs (the numbers in results/bench/training_cpu.json); "
-                   "gpu: d = 1000, 100 steps")
-    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=5)
-    ap.add_argument("--n-alpha", type=positive_int, default=20)
-    ap.add_argument("--n-omega", type=positive_int, default=5)
-    ap.add_argument("--steps", type=positive_int, default=None, help="GD steps per run in the throughput test (>= 2; default: the preset's)")
+    flags.add_preset(ap, "cpu: d = 200, 50 GD steps, one chunk of 500 runs (the numbers in "
+                         "results/bench/training_cpu.json); gpu: d = 1000, 100 steps")
+    flags.add_sizes(ap, d="one", seeds=None)
+    ap.add_argument("--seeds", type=positive_int, default=5, help="number of seeds of the throughput grid")
+    ap.add_argument("--n-alpha", type=positive_int, default=20, help="number of alphas of the throughput grid")
+    ap.add_argument("--n-omega", type=positive_int, default=5, help="number of omegas of the throughput grid")
+    flags.add_steps(ap, help="GD steps per run in the throughput test (>= 2)")
     ap.add_argument("--chunk-size", type=positive_int, default=None, help="runs per compiled call (default: the preset's)")
     ap.add_argument("--loop-runs", type=positive_int, default=10, help="runs timed one at a time")
     ap.add_argument("--solver-seeds", type=positive_int, default=3, help="data sets of the solver comparison")
     ap.add_argument("--gtol", type=positive_float, default=1e-7, help="RMS-gradient tolerance of the solvers")
-    ap.add_argument("--skip-sweep", action="store_true")
-    ap.add_argument("--skip-solvers", action="store_true")
-    ap.add_argument("--skip-gamp", action="store_true", help="leave GAMP out of the solver comparison")
-    add_dtype(ap, default="float64")
-    add_output(ap, None, help="JSON record (default: runs/bench/training_<platform>.json)", guard=False)
+    flags.add_leave_out(ap, {"sweep": "the sweep throughput test", "solvers": "the solver comparison",
+                             "gamp": "GAMP from the solver comparison"}, older="skip")
+    flags.add_dtype(ap, default="float64")
+    flags.add_output(ap, None, help="JSON record (default: runs/bench/training_<platform>.json)", guard=False)
+    flags.add_progress(ap)
 
 
 def run(args) -> int:
@@ -60,14 +60,15 @@ def run(args) -> int:
     out = guard_output_file(args.out or os.path.join("runs", "bench", f"training_{jax.default_backend()}.json"),
                             args.overwrite)     # before any compute
     preset = TRAINING_PRESETS[args.preset]
-    args.d, args.steps, args.chunk_size = (pick(args, k, preset) for k in ("d", "steps", "chunk_size"))
+    args.d, args.steps, args.chunk_size = (flags.pick(args, k, preset) for k in ("d", "steps", "chunk_size"))
     if args.steps < 2:
         raise UsageError(f"--steps must be >= 2 (the 1-step run is subtracted), got {args.steps}")
     record = dict(date=datetime.date.today().isoformat(), args={k: v for k, v in vars(args).items() if k != "_run"},
-                  **environment())
+                  **flags.environment())
     record.update(training_benchmark(
         d=args.d, steps=args.steps, chunk_size=args.chunk_size, seeds=args.seeds, n_alpha=args.n_alpha,
         n_omega=args.n_omega, loop_runs=args.loop_runs, solver_seeds=args.solver_seeds, gtol=args.gtol,
-        sweep=not args.skip_sweep, solvers=not args.skip_solvers, gamp=not args.skip_gamp, dtype=dtype_from(args)))
-    print_paths([atomic_write_json(out, record)])
+        sweep=not args.no_sweep, solvers=not args.no_solvers, gamp=not args.no_gamp, dtype=flags.dtype_from(args),
+        log=(lambda line: None) if args.no_progress else print))
+    flags.print_paths([atomic_write_json(out, record)])
     return 0

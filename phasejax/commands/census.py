@@ -10,24 +10,19 @@ from __future__ import annotations
 
 import sys
 
-from phasejax.commands.argtypes import finite_float, nonnegative_float, positive_float, unit_interval
+from phasejax.commands import flags
+
 
 NAME = "census"
 HELP = "all fixed points of a subspace at one (alpha, omega)"
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--alpha", type=positive_float, required=True)
-    ap.add_argument("--omega", type=unit_interval, required=True)
+    flags.add_point(ap, alpha=None, omega=None, required=True)
     ap.add_argument("--branch", choices=("positional", "semantic"), default="positional", help="subspace")
-    ap.add_argument("--sigma", type=positive_float, default=0.5)
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
-                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
-                         "finite entries are accepted: with rows not summing to one the target's attention rows "
-                         "do not sum to one either")
-    ap.add_argument("--no-newton", action="store_true", help="only pseudo-transient solves (no plain Newton)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress line (drawn only on a terminal)")
+    flags.add_model(ap, A=True)
+    flags.add_leave_out(ap, {"newton": "the plain Newton solves (only pseudo-transient ones)"})
+    flags.add_progress(ap)
 
 
 def run(args) -> int:

@@ -1,7 +1,7 @@
 """Counting (histogram task) phase diagrams over embedding size d and hidden size p, six configurations.
 
-    phasejax counting                      # CPU preset: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min)
-    phasejax counting --preset gpu         # the paper's grid: d, p in 1..128, 5 seeds, 20000 steps (GPU)
+    phasejax counting                      # CPU preset: d, width in {4, 16, 64}, 2 seeds, 2500 steps
+    phasejax counting --preset gpu         # the paper's grid: d, width in 1..128, 5 seeds, 20000 steps
     phasejax counting --replot             # redraw phase_diagrams.png from <out>/runs.csv, no training
     phasejax counting --preset proposition # d = T = 32, p = 1 (the relation-based proposition's point), all six
                                            # configurations, 4 seeds, 20000 steps, loss curves recorded;
@@ -24,35 +24,18 @@ import argparse
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    UsageError,
-    add_output,
-    add_replot,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
-    run_options_from,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    dtype_from,
-    environment,
-    not_finished,
-    pick,
-    print_paths,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import UsageError, positive_float, positive_int, refuse_duplicates, run_options_from
 
 NAME = "counting"
 HELP = "counting (histogram task) accuracy over (d, p) for the six attention configurations"
 
 PRESETS = {
     # fits the 15-minute CPU budget; T and L are the paper's, the grid and the steps are not
-    "cpu": dict(ds=[4, 16, 64], ps=[4, 16, 64], seeds=2, steps=2500, batch_size=128),
-    "gpu": dict(ds=[2**k for k in range(8)], ps=[2**k for k in range(8)], seeds=5, steps=20000, batch_size=128),
+    "cpu": dict(ds=[4, 16, 64], widths=[4, 16, 64], seeds=2, steps=2500, batch_size=128),
+    "gpu": dict(ds=[2**k for k in range(8)], widths=[2**k for k in range(8)], seeds=5, steps=20000, batch_size=128),
     # the relation-based proposition's point (d >= T = 32, p = 1), trained long enough for the loss to flatten
-    "proposition": dict(ds=[32], ps=[1], seeds=4, steps=20000, batch_size=128, curve_points=100),
+    "proposition": dict(ds=[32], widths=[1], seeds=4, steps=20000, batch_size=128, curve_points=100),
 }
 
 
@@ -68,31 +51,29 @@ def _config_name(text: str) -> str:
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--preset", choices=tuple(PRESETS), default="cpu",
-                    help="cpu: d, p in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); "
-                         "gpu: d, p in 1..128, 5 seeds, 20000 steps (not run: no GPU); "
-                         "proposition: d = 32, p = 1, 4 seeds, 20000 steps with loss curves, into "
-                         "runs/counting/proposition by default")
+    flags.add_preset(ap, "cpu: d, width in {4, 16, 64}, 2 seeds, 2500 steps (< 15 min on 2 cores); gpu: d, width "
+                         "in 1..128, 5 seeds, 20000 steps; proposition: d = 32, width 1, 4 seeds, 20000 steps with "
+                         "loss curves, into runs/counting/proposition by default", choices=tuple(PRESETS))
     ap.add_argument("--configs", nargs="+", type=_config_name, default=None,
                     help="subset of the six configurations (case-insensitive; default: all six)")
-    ap.add_argument("--T", type=positive_int, default=32, help="alphabet size")
-    ap.add_argument("--L", type=positive_int, default=10, help="sequence length")
-    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="embedding sizes (default: the preset's)")
-    ap.add_argument("--ps", type=positive_int, nargs="+", default=None, help="hidden sizes (default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per grid point (default: the preset's)")
-    ap.add_argument("--steps", type=positive_int, default=None, help="online Adam steps (default: the preset's)")
-    ap.add_argument("--batch-size", type=positive_int, default=None, help="sequences per step (default: the preset's)")
-    ap.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam learning rate")
-    ap.add_argument("--lr", type=positive_float, dest="learning_rate", default=argparse.SUPPRESS, help=argparse.SUPPRESS)   # older spelling
-    ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per run")
-    add_dtype(ap)
-    add_replot(ap, "only redraw the figure from <out>/runs.csv", uses=("preset",))   # the preset picks the folder
-    add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/proposition for that preset)")
-    add_run_options(ap, chunk_size=64)
+    flags.add_histogram_task(ap, T=32)
+    flags.add_sizes(ap, d="many", seeds="seeds per grid point (default: the preset's)")
+    ap.add_argument("--widths", type=positive_int, nargs="+", default=None,
+                    help="MLP widths (hidden sizes p; default: the preset's)")
+    flags.add_hidden_alias(ap, "--ps", "widths", type=positive_int, nargs="+")
+    flags.add_steps(ap, batch_size=True, help="online Adam steps")
+    flags.add_optimizer(ap, optimizers=("adam",), learning_rate=1e-3, learning_rate_help="Adam learning rate")
+    flags.add_hidden_alias(ap, "--lr", "learning_rate", type=positive_float)
+    flags.add_n_test(ap, 4096)
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redraw the figure from <out>/runs.csv", uses=("preset",))   # the preset picks the folder
+    flags.add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/proposition for that "
+                                            "preset)")
+    flags.add_run_options(ap, chunk_size=64)
 
 
 def _default_out(args) -> str:
-    return os.path.join(default_out(NAME), *(("proposition",) if args.preset == "proposition" else ()))
+    return os.path.join(flags.default_out(NAME), *(("proposition",) if args.preset == "proposition" else ()))
 
 
 def _plot(runs, out: str, title: str, T: int, L: int) -> str:
@@ -133,14 +114,14 @@ def run(args) -> int:
             os.path.join(args.out, "summary.json")) else {}
         T, L = int(runs.runs["T"][0]), int(runs.runs["L"][0])
         seeds = len(np.unique(runs.runs["seed"]))
-        print_paths([_plot(runs, args.out, _title(T, L, s.get("steps", "?"), s.get("batch_size", "?"), seeds), T, L)])
+        flags.print_paths([_plot(runs, args.out, _title(T, L, s.get("steps", "?"), s.get("batch_size", "?"), seeds), T, L)])
         return 0
 
     preset = PRESETS[args.preset]
-    ds, ps = pick(args, "ds", preset), pick(args, "ps", preset)
+    ds, ps = flags.pick(args, "ds", preset), flags.pick(args, "widths", preset)
     refuse_duplicates(ds, "--ds")
-    refuse_duplicates(ps, "--ps")
-    seeds, steps, batch = pick(args, "seeds", preset), pick(args, "steps", preset), pick(args, "batch_size", preset)
+    refuse_duplicates(ps, "--widths")
+    seeds, steps, batch = flags.pick(args, "seeds", preset), flags.pick(args, "steps", preset), flags.pick(args, "batch_size", preset)
     names = args.configs or list(COUNTING_CONFIGS)
     if len(set(names)) != len(names):
         raise UsageError(f"--configs repeats a configuration: {names}; give each once")
@@ -152,10 +133,10 @@ def run(args) -> int:
     if curve_points and steps % curve_points:
         curve_points = next(c for c in range(min(curve_points, steps), 0, -1) if steps % c == 0)
     runs = counting_phase_diagrams(grid, task, names, steps=steps, batch_size=batch, learning_rate=args.learning_rate,
-                                   n_test=args.n_test, curve_points=curve_points, dtype=dtype_from(args),
+                                   n_test=args.n_test, curve_points=curve_points, dtype=flags.dtype_from(args),
                                    options=options)
     if runs is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     seconds = time.perf_counter() - t0
     for name in runs.names:
         acc = runs.select(name)["accuracy"]
@@ -185,9 +166,9 @@ def run(args) -> int:
         total_seconds=seconds, accuracy={n: dict(mean=float(np.mean(runs.select(n)["accuracy"])),
                                                  min=float(np.min(runs.select(n)["accuracy"])),
                                                  max=float(np.max(runs.select(n)["accuracy"])))
-                                         for n in runs.names}, **environment())))
+                                         for n in runs.names}, **flags.environment())))
     print(f"total {seconds:.0f} s")
-    print_paths(paths)
+    flags.print_paths(paths)
     return 0
 
 

@@ -21,16 +21,8 @@ import os
 import sys
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_replot,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    run_options_from,
-)
-from phasejax.commands.experiment_flags import add_preset, environment, not_finished, pick, print_paths, sub_options
+from phasejax.commands import flags
+from phasejax.commands.argtypes import positive_float, positive_int, run_options_from
 
 NAME = "dynamics"
 HELP = "online-SGD ODEs vs finite-d SGD: escape times, mechanism reached and the dynamical phase diagram in omega"
@@ -51,17 +43,17 @@ FINE = tuple(round(0.58 + 0.01 * i, 2) for i in range(13))      # the fine grid 
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: 21x21 table at GH order 16, SGD at d = 100 (fractions) and d <= 400 (comparisons); "
-                   "gpu: 31x31 table at order 24, SGD at d = 1000")
-    ap.add_argument("--learning-rate", type=positive_float, default=0.5,
-                    help="SGD learning rate of the SGD runs and ODE traces (the first of the ODE diagram)")
+    flags.add_preset(ap, "cpu: 21x21 table at GH order 16, SGD at d = 100 (fractions) and d <= 400 (comparisons); "
+                         "gpu: 31x31 table at order 24, SGD at d = 1000")
+    flags.add_optimizer(ap, optimizers=("sgd",), learning_rate=0.5,
+                        learning_rate_help="SGD learning rate of the SGD runs and ODE traces (the first of the ODE "
+                                           "diagram)")
     ap.add_argument("--learning-rate-paper", type=positive_float, default=0.05,
                     help="second learning rate of the ODE phase diagram (the published experiments' value)")
     ap.add_argument("--sgd-seeds", type=positive_int, default=None, help="seeds per omega of the SGD fractions")
     ap.add_argument("--t-sgd", type=positive_float, default=250.0, help="SGD time (steps / d) of the fraction runs")
-    add_replot(ap, "only redo the figures from the CSV files in --out")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=24)
+    flags.add_replot(ap, "only redo the figures from the CSV files in --out")
+    flags.add_sweep(ap, NAME, chunk_size=24)
 
 
 def _table(params, n_grid, order, path, progress=True):
@@ -113,7 +105,7 @@ def _sgd_sweep(params, tasks, d, n_steps, record_every, lr, options, name, m0=No
 
     config = dict(kind=name, d=d, n_steps=n_steps, record_every=record_every, lr=lr, m0=m0, e0=e0,
                   A=params.A.tolist(), sigma=float(params.sigma), loss=params.loss, traj=keep_traj)
-    return run_chunked(fn, tasks, config, sub_options(options, name))
+    return run_chunked(fn, tasks, config, flags.sub_options(options, name))
 
 
 def run(args) -> int:
@@ -130,10 +122,10 @@ def run(args) -> int:
 
     if args.replot:
         from phasejax.dynamics.plots import plot_all
-        print_paths(plot_all(args.out))
+        flags.print_paths(plot_all(args.out))
         return 0
     preset = PRESETS[args.preset]
-    seeds = pick(args, "sgd_seeds", dict(sgd_seeds=preset["sgd_seeds"]))
+    seeds = flags.pick(args, "sgd_seeds", dict(sgd_seeds=preset["sgd_seeds"]))
     os.makedirs(args.out, exist_ok=True)
     options = run_options_from(args, args.out)
     params = make_dynamics_params(0.5, loss="square")
@@ -230,7 +222,7 @@ def run(args) -> int:
                          m0=m0, e0=e0,
                          keep_traj=True)
         if out is None:
-            return not_finished(options)
+            return flags.not_finished(options)
         traj[d] = (tasks, out)
     rows = {k: [] for k in ("omega", "d", "seed", "t", "m", "e")}
     for d, (tasks, out) in traj.items():
@@ -283,7 +275,7 @@ def run(args) -> int:
     print("SGD fractions ...", flush=True)
     out = _sgd_sweep(params, tasks, d, int(args.t_sgd * d), d, args.learning_rate, options, f"fractions_d{d}")
     if out is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     add_runs("fractions", d, tasks, out)
     # the same at the published learning rate (fewer omegas and seeds: ten times more steps per unit time)
     tasks = dict(omega=np.repeat(preset["paper_lr_omegas"], preset["paper_lr_seeds"]).astype(np.float64),
@@ -291,13 +283,13 @@ def run(args) -> int:
     out = _sgd_sweep(params, tasks, d, int(preset["paper_lr_t"] * d), 5 * d, args.learning_rate_paper, options,
                      f"fractions_lr_paper_d{d}")
     if out is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     add_runs("fractions_lr_paper", d, tasks, out, lr=args.learning_rate_paper)
     for d in preset["scaling_ds"]:
         tasks = dict(omega=np.full(preset["scaling_seeds"], 0.3), seed=np.arange(preset["scaling_seeds"]) + 7 * d)
         out = _sgd_sweep(params, tasks, d, int(100 * d), max(d // 10, 1), args.learning_rate, options, f"scaling_d{d}")
         if out is None:
-            return not_finished(options)
+            return flags.not_finished(options)
         add_runs("scaling", d, tasks, out)
     runs = {k: np.concatenate(v) for k, v in runs.items()}
     summary["ode_outside_table"]["runs"] = int(np.sum(~runs["ode_in_table"]))
@@ -308,11 +300,11 @@ def run(args) -> int:
     summary["sgd_fractions"] = _fractions(runs, "fractions")
     summary["sgd_fractions_lr_paper"] = _fractions(runs, "fractions_lr_paper")
     summary["seconds"] = time.perf_counter() - t0
-    summary.update(environment())
+    summary.update(flags.environment())
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), summary))
     from phasejax.dynamics.plots import plot_all
     paths += plot_all(args.out)
-    print_paths(paths)
+    flags.print_paths(paths)
     return 0
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import UsageError, add_output, add_replot, add_run_options, run_dir_from
-from phasejax.commands.experiment_flags import add_preset, print_paths
+from phasejax.commands import flags
+from phasejax.commands.argtypes import UsageError, run_dir_from
 
 NAME = "extension"
 HELP = "untied / correlated / rank-2 / value / general-L / second-A extensions: theory and experiments"
@@ -33,16 +33,16 @@ def _default_out(args) -> str:
 
 def add_arguments(ap) -> None:
     ap.add_argument("name", choices=EXTENSION_NAMES, help="which extension")
-    add_preset(ap, "cpu: the committed results (minutes on 2 cores); gpu: larger grids, more seeds and sizes")
-    add_output(ap, _default_out, help="output folder (default runs/extensions/<name>; refused when it holds "
+    flags.add_preset(ap, "cpu: the committed results (minutes on 2 cores); gpu: larger grids, more seeds and sizes")
+    flags.add_output(ap, _default_out, help="output folder (default runs/extensions/<name>; refused when it holds "
                                       "another configuration's results unless --overwrite)")
     ap.add_argument("--tied-thresholds", default=None,
                     help="the tied model's thresholds.csv that untied and second_A compare with (default: the "
                          "repository's results/phase_diagram/thresholds.csv)")
-    add_replot(ap, "no training or solving: read <out>'s theory.csv and runs.csv, derive the thresholds, summary "
+    flags.add_replot(ap, "no training or solving: read <out>'s theory.csv and runs.csv, derive the thresholds, summary "
                    "and extra tables again and redraw the figure (a theory.csv without the replicon columns gets "
                    "them, about 2 s a row)", uses=("name", "preset", "tied_thresholds"))
-    add_run_options(ap, chunk_size=None, multi_host=False,
+    flags.add_run_options(ap, chunk_size=None, multi_host=False,
                     chunk_help="tasks per compiled call of every sweep (default: each sweep's own)")
 
 
@@ -59,6 +59,6 @@ def run(args) -> int:
                        chunk_size=args.chunk_size)
     paths = run_extension(args.name, args.preset, args.out, run=run, tied_path=args.tied_thresholds,
                           replot=args.replot)
-    print_paths(paths)
+    flags.print_paths(paths)
     print(f"extension {args.name} ({args.preset} preset) done in {time.time() - start:.0f} s")
     return 0

@@ -22,14 +22,8 @@ from __future__ import annotations
 
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    run_options_from,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import positive_float, run_options_from
 
 NAME = "factual"
 HELP = "factual recall: hallucination plateau near log|A_r| and facts stored against parameter count"
@@ -75,22 +69,17 @@ def presets() -> dict:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
-                        help="cpu: small grid for 2 CPU cores (< 15 min); gpu: more steps, seeds, facts, architectures")
-    add_output(parser, default_out(NAME))
-    parser.add_argument("--steps", type=positive_int, default=None,
-                        help="online steps per run, curves and sweeps (None: the preset's)")
-    parser.add_argument("--learning-rate", type=positive_float, default=None, help="learning rate (None: the preset's)")
+    flags.add_preset(parser, "cpu: small grid for 2 CPU cores (< 15 min); gpu: more steps, seeds, facts, architectures")
+    flags.add_steps(parser, help="online steps per run, curves and sweeps")
+    flags.add_optimizer(parser, optimizers=("adam",), learning_rate=None,
+                        learning_rate_help="learning rate (default: the preset's)")
     parser.add_argument("--threshold", type=positive_float, default=0.99,
                         help="recall a model must reach to store N facts (capacity N*)")
-    parser.add_argument("--no-extra-attributes", action="store_true",
-                        help="skip the learning curves at other |A_r| (plateau against log|A_r|)")
-    add_run_options(parser, chunk_size=16)
+    flags.add_leave_out(parser, {"extra-attributes": "the learning curves at other |A_r| (plateau against log|A_r|)"})
+    flags.add_sweep(parser, NAME, chunk_size=16)
 
 
 def run(args) -> int:
-    import jax
-
     from phasejax.tasks.factual import factual_experiment
 
     if not args.threshold <= 1.0:
@@ -115,9 +104,7 @@ def run(args) -> int:
         print(f"not every chunk is on disk yet (other processes); re-run to collect: {options.run_dir}")
         return 0
     result.summary.update(preset=args.preset, wall_seconds=time.perf_counter() - t0,
-                          cpu_seconds=time.process_time() - c0, platform=jax.default_backend(),
-                          device=str(jax.devices()[0].device_kind), jax=jax.__version__,
-                          command="phasejax factual " + " ".join(_flags(args)))
+                          cpu_seconds=time.process_time() - c0, **flags.environment())
     paths = result.write(args.out) + result.plot(args.out)
     s = result.summary
     print(f"plateau loss {s['plateau_loss']:.4f} ± {s['plateau_loss_se'] or float('nan'):.4f} (s.e.) vs log|A_r| = "
@@ -129,16 +116,3 @@ def run(args) -> int:
               f"[{num['ci_low']:.3f}, {num['ci_high']:.3f}] from {fit['n']} per-seed capacities")
     print(f"{s['wall_seconds']:.0f} s wall, {s['cpu_seconds']:.0f} s CPU\nwrote:\n  " + "\n  ".join(paths))
     return 0
-
-
-def _flags(args) -> list[str]:
-    out = [f"--preset {args.preset}"]
-    for name in ("steps", "learning_rate"):
-        v = getattr(args, name)
-        if v is not None:
-            out.append(f"--{name.replace('_', '-')} {v}")
-    if args.threshold != 0.99:
-        out.append(f"--threshold {args.threshold}")
-    if args.no_extra_attributes:
-        out.append("--no-extra-attributes")
-    return out

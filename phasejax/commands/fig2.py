@@ -19,31 +19,8 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_replot,
-    grid_range,
-    add_run_options,
-    default_out,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    run_options_from,
-    unit_interval,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    TRAINING_HINT,
-    environment,
-    finish,
-    run_failures,
-    not_finished,
-    pick,
-    print_paths,
-    sub_options,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import grid_range, run_options_from
 
 NAME = "fig2"
 HELP = "paper Fig. 2: trained students from positional and semantic inits vs the state evolution"
@@ -55,23 +32,14 @@ PRESETS = {
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 1000, 20 alphas, 5 seeds (about 7 min on 2 CPU cores); "
-                   "gpu: d = 2000, 40 alphas, 10 seeds")
-    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
-    ap.add_argument("--omega", type=unit_interval, default=0.3, help="positional share of the target")
-    ap.add_argument("--alpha-min", type=positive_float, default=0.1)
-    ap.add_argument("--alpha-max", type=positive_float, default=2.0)
-    ap.add_argument("--n-alpha", type=positive_int, default=None, help="alphas (default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per (alpha, init) (default: the preset's)")
-    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
-    ap.add_argument("--optimizer", default="lbfgs", choices=["lbfgs", "gd", "adam"])
-    ap.add_argument("--gtol", type=positive_float, default=None,
-                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
-    add_dtype(ap)
-    add_replot(ap, "only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=20)
+    flags.add_preset(ap, "cpu: d = 1000, 20 alphas, 5 seeds (about 7 min on 2 CPU cores); "
+                         "gpu: d = 2000, 40 alphas, 10 seeds")
+    flags.add_alpha_curve(ap, 0.1, 2.0, seeds="seeds per (alpha, init) (default: the preset's)")
+    flags.add_model(ap)
+    flags.add_optimizer(ap, learning_rate=..., gtol=True)
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
+    flags.add_sweep(ap, NAME, chunk_size=20)
 
 
 def run(args) -> int:
@@ -90,10 +58,10 @@ def run(args) -> int:
         runs = TrainingRuns.from_csv(os.path.join(args.out, "runs.csv"))
         theory = PhaseDiagram.load(os.path.join(args.out, "theory"))
         omega = float(runs.runs["omega"][0])       # the omega the runs were trained at
-        print_paths([plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), omega)])
+        flags.print_paths([plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), omega)])
         return 0
     preset = PRESETS[args.preset]
-    d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
+    d, n_alpha, seeds = flags.pick(args, "d", preset), flags.pick(args, "n_alpha", preset), flags.pick(args, "seeds", preset)
     alphas = grid_range(args, "alpha", n_alpha)
     try:
         sample_count(alphas[0], d)
@@ -104,15 +72,15 @@ def run(args) -> int:
                         inits=("positional", "semantic"), d=d)
     options = run_options_from(args, args.out)
     t0 = time.perf_counter()
-    runs = train_students(grid, params, config=TrainConfig(args.optimizer, gtol=args.gtol), dtype=dtype_from(args),
-                          options=sub_options(options, "train"))
+    runs = train_students(grid, params, config=TrainConfig(args.optimizer, gtol=args.gtol), dtype=flags.dtype_from(args),
+                          options=flags.sub_options(options, "train"))
     t_train = time.perf_counter() - t0
     t0 = time.perf_counter()
     theory = phase_diagram(PhaseGrid(tuple(alphas), (args.omega,)), params,
-                           options=sub_options(options, "theory").replace(chunk_size=8))
+                           options=flags.sub_options(options, "theory").replace(chunk_size=8))
     t_theory = time.perf_counter() - t0
     if runs is None or theory is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     paths = runs.write(args.out)
     paths += theory.write(os.path.join(args.out, "theory"))
     paths.append(plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega))
@@ -125,11 +93,11 @@ def run(args) -> int:
         train_seconds=t_train, theory_seconds=t_theory, se_alpha_c=ac,
         se_alpha_c_err=float(theory.thresholds["alpha_c_err"][0]),
         trained_loss_difference=dict(alpha=list(grid.alphas), mean=diff.tolist(), std=diff_sd.tolist()),
-        **environment())))
+        **flags.environment())))
     print(f"{len(r['alpha'])} runs at d={d} in {t_train:.1f} s ({int(np.sum(r['converged']))} converged); "
           f"SE phase diagram at omega={args.omega:g} in {t_theory:.1f} s: alpha_c = {ac:.4f}")
-    print_paths(paths)
+    flags.print_paths(paths)
     holes = theory.unresolved()
-    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT) or (
+    return flags.finish(NAME, flags.run_failures(r["status"], hint=flags.TRAINING_HINT) or (
         f"{len(holes)} theory cells have neither a converged fixed point nor a verdict of absence (see "
         "theory/diagram.csv)" if holes else None))

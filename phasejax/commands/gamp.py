@@ -25,24 +25,11 @@ the chattering statistics) and gamp.png.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    check_fits,
-    add_replot,
-    add_run_options,
-    default_out,
-    nonnegative_float,
-    open_unit_interval,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
-    run_options_from,
-)
-from phasejax.commands.experiment_flags import add_dtype, add_preset, dtype_from, environment, pick, print_paths
+from phasejax.commands import flags
+from phasejax.commands.argtypes import check_fits, open_unit_interval, positive_int, refuse_duplicates, run_options_from
 
 NAME = "gamp"
 HELP = "GAMP on finite data vs the converged SE: convergence, chattering (basin flips), gaps vs d"
@@ -54,23 +41,20 @@ PRESETS = {
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 100, 200, 400, 4 seeds, 80 iterations (about 15 min on 2 CPU cores); "
-                   "gpu: d = 250, 500, 1000, 2000, 10 seeds, 200 iterations")
-    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions d (default: preset)")
-    ap.add_argument("--dims", type=positive_int, nargs="+", dest="ds", help=argparse.SUPPRESS)
-    ap.add_argument("--seeds", type=positive_int, default=None, help="data sets per d and branch (default: preset)")
-    ap.add_argument("--max-steps", type=positive_int, default=None, help="GAMP iterations cap (default: preset)")
-    ap.add_argument("--max-iter", type=positive_int, dest="max_steps", help=argparse.SUPPRESS)
-    ap.add_argument("--alpha", type=positive_float, default=2.0, help="samples per dimension n / d")
-    ap.add_argument("--omega", type=open_unit_interval, default=0.3, help="weight of the positional target part")
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
+    flags.add_preset(ap, "cpu: d = 100, 200, 400, 4 seeds, 80 iterations (about 15 min on 2 CPU cores); "
+                         "gpu: d = 250, 500, 1000, 2000, 10 seeds, 200 iterations")
+    flags.add_sizes(ap, d="many", seeds="data sets per d and branch (default: the preset's)")
+    flags.add_hidden_alias(ap, "--dims", "ds", type=positive_int, nargs="+")
+    ap.add_argument("--max-steps", type=positive_int, default=None, help="GAMP iterations cap (default: the preset's)")
+    flags.add_hidden_alias(ap, "--max-iter", "max_steps", type=positive_int)
+    flags.add_point(ap, alpha=2.0, omega=0.3, omega_type=open_unit_interval)
+    flags.add_model(ap, sigma=False)
     ap.add_argument("--onsager", choices=("both", "stein", "pointwise"), default="both",
                     help="Onsager term(s) to run")
     ap.add_argument("--tail", type=positive_int, default=20, help="iterations averaged for the tail statistics")
-    add_dtype(ap, default="float64")
-    add_output(ap, default_out(NAME))
-    add_replot(ap, "only redraw gamp.png and summary.json from --out")
-    add_run_options(ap, chunk_size=8)
+    flags.add_dtype(ap, default="float64")
+    flags.add_replot(ap, "only redraw gamp.png and summary.json from --out")
+    flags.add_sweep(ap, NAME, chunk_size=8)
 
 
 def run(args) -> int:
@@ -90,21 +74,21 @@ def run(args) -> int:
         params = make_params(sweep.config["alpha"], sweep.config["omega"], lam=sweep.config["lam"])
     else:
         onsagers = ("stein", "pointwise") if args.onsager == "both" else (args.onsager,)
-        ds = pick(args, "ds", preset)
+        ds = flags.pick(args, "ds", preset)
         refuse_duplicates(ds, "--ds")
-        check_fits(gamp_memory_estimate(max(ds), args.alpha, chunk_size=args.chunk_size, dtype=dtype_from(args)),
+        check_fits(gamp_memory_estimate(max(ds), args.alpha, chunk_size=args.chunk_size, dtype=flags.dtype_from(args)),
                    f"a chunk of {args.chunk_size} GAMP runs at d = {max(ds)} (n = {round(args.alpha * max(ds))})",
                    "the largest of --ds (or --chunk-size, or --alpha)")
-        sweep = gamp_sweep(params, ds, np.arange(pick(args, "seeds", preset)),
-                           onsagers=onsagers, max_iter=pick(args, "max_steps", preset), tail=args.tail,
-                           dtype=dtype_from(args), options=run_options_from(args, args.out))
+        sweep = gamp_sweep(params, ds, np.arange(flags.pick(args, "seeds", preset)),
+                           onsagers=onsagers, max_iter=flags.pick(args, "max_steps", preset), tail=args.tail,
+                           dtype=flags.dtype_from(args), options=run_options_from(args, args.out))
     se_path = os.path.join(args.out, "se_reference.json")
     se = se_references(params, se_path)
     # per run: converged / unstable / diverged, the measured instability and the SE branch's replicon there
     sweep = sweep.with_verdicts({b: se[b] for b in BRANCHES})
     paths = sweep.write(args.out)
     summary = summarize_gamp_sweep(sweep, se)
-    summary.update(se_reference=se, config=sweep.config, environment=environment(),
+    summary.update(se_reference=se, config=sweep.config, environment=flags.environment(),
                    runtime_s=time.perf_counter() - t0)
     paths += [se_path, atomic_write_json(os.path.join(args.out, "summary.json"), summary),
               plot_gamp_sweep(sweep, se, summary, os.path.join(args.out, "gamp.png"))]
@@ -115,5 +99,5 @@ def run(args) -> int:
               + f" | SE replicon {rep['replicon']:.3g} +- {rep['replicon_err']:.2g} (regular "
                 f"{rep['replicon_regular']:.3g}, jump {rep['replicon_jump']:.2g}): RS "
               + ("stable" if rep["rs_stable"] else "unstable"))
-    print_paths(paths)
+    flags.print_paths(paths)
     return 0

@@ -21,26 +21,8 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    check_fits,
-    add_replot,
-    add_run_options,
-    default_out,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    run_options_from,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    environment,
-    not_finished,
-    pick,
-    print_paths,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import check_fits, nonnegative_float, positive_float, positive_int, run_options_from
 
 NAME = "histogram"
 HELP = "histogram task: one transformer, a semantic and a positional solution, stable after unfreezing"
@@ -61,25 +43,24 @@ def even_positive_int(text: str) -> int:
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: 10 seeds, 3000 Adam + 1000 SGD steps (about 5 min on 2 CPU cores); "
-                   "gpu: 20 seeds, 20000 + 5000 steps")
-    ap.add_argument("--T", type=positive_int, default=15, help="alphabet size")
-    ap.add_argument("--L", type=positive_int, default=10, help="sequence length")
+    flags.add_preset(ap, "cpu: 10 seeds, 3000 Adam + 1000 SGD steps (about 5 min on 2 CPU cores); "
+                         "gpu: 20 seeds, 20000 + 5000 steps")
+    flags.add_histogram_task(ap, T=15)
     ap.add_argument("--d", type=even_positive_int, default=64, help="model width (even: token and positional halves)")
-    ap.add_argument("--p", type=positive_int, default=128, help="MLP width")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per solution (default: the preset's)")
-    ap.add_argument("--steps", type=positive_int, default=None, help="Adam steps with the mask (default: the preset's)")
+    ap.add_argument("--width", type=positive_int, default=128, help="MLP width")
+    flags.add_hidden_alias(ap, "--p", "width", type=positive_int)
+    flags.add_sizes(ap, seeds="seeds per solution (default: the preset's)")
+    flags.add_steps(ap, help="Adam steps with the mask")
     ap.add_argument("--sgd-steps", type=positive_int, default=None,
                     help="SGD steps after lifting the mask (default: the preset's)")
-    ap.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam learning rate")
+    flags.add_optimizer(ap, optimizers=("adam",), learning_rate=1e-3, learning_rate_help="Adam learning rate")
     ap.add_argument("--sgd-learning-rate", type=positive_float, default=0.01, help="SGD learning rate")
     ap.add_argument("--noise", type=nonnegative_float, default=0.01, help="std of the perturbation after lifting")
     ap.add_argument("--batch-size", type=positive_int, default=128, help="sequences per step")
-    ap.add_argument("--n-test", type=positive_int, default=4096, help="fresh test sequences per accuracy")
-    add_dtype(ap)
-    add_replot(ap, "only redraw attention.png from <out>/attention.npz")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=20)
+    flags.add_n_test(ap, 4096)
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redraw attention.png from <out>/attention.npz")
+    flags.add_sweep(ap, NAME, chunk_size=20)
 
 
 def _plot(result, out: str) -> str:
@@ -99,22 +80,22 @@ def run(args) -> int:
                                             two_solutions_memory_estimate)
 
     if args.replot:
-        print_paths([_plot(TwoSolutions.load(args.out), args.out)])
+        flags.print_paths([_plot(TwoSolutions.load(args.out), args.out)])
         return 0
     preset = PRESETS[args.preset]
-    config = TwoSolutionsConfig(task=HistogramTask(args.T, args.L), d=args.d, p=args.p,
-                                steps=pick(args, "steps", preset), learning_rate=args.learning_rate,
-                                sgd_steps=pick(args, "sgd_steps", preset), sgd_learning_rate=args.sgd_learning_rate,
+    config = TwoSolutionsConfig(task=HistogramTask(args.T, args.L), d=args.d, p=args.width,
+                                steps=flags.pick(args, "steps", preset), learning_rate=args.learning_rate,
+                                sgd_steps=flags.pick(args, "sgd_steps", preset), sgd_learning_rate=args.sgd_learning_rate,
                                 noise=args.noise, batch_size=args.batch_size, n_test=args.n_test)
-    seeds = tuple(range(pick(args, "seeds", preset)))
-    check_fits(two_solutions_memory_estimate(config, min(args.chunk_size, 2 * len(seeds)), dtype_from(args)),
-               f"a chunk of {min(args.chunk_size, 2 * len(seeds))} runs (--d {args.d}, --p {args.p}, --L {args.L}, "
-               f"{config.n_test} test sequences)", "--d or --p (or --n-test, --L, --chunk-size)")
+    seeds = tuple(range(flags.pick(args, "seeds", preset)))
+    check_fits(two_solutions_memory_estimate(config, min(args.chunk_size, 2 * len(seeds)), flags.dtype_from(args)),
+               f"a chunk of {min(args.chunk_size, 2 * len(seeds))} runs (--d {args.d}, --width {args.width}, --L {args.L}, "
+               f"{config.n_test} test sequences)", "--d or --width (or --n-test, --L, --chunk-size)")
     options = run_options_from(args, args.out)
     t0, c0 = time.perf_counter(), time.process_time()
-    result = two_solutions(config, seeds, dtype=dtype_from(args), options=options)
+    result = two_solutions(config, seeds, dtype=flags.dtype_from(args), options=options)
     if result is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     seconds = time.perf_counter() - t0
     r = result.runs
     for solution in ("semantic", "positional"):
@@ -128,7 +109,7 @@ def run(args) -> int:
     paths.append(_plot(result, args.out))
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, seeds=len(seeds), dtype=args.dtype, seconds=seconds,
-        cpu_seconds=time.process_time() - c0, **environment())))
+        cpu_seconds=time.process_time() - c0, **flags.environment())))
     print(f"{seconds:.0f} s")
-    print_paths(paths)
+    flags.print_paths(paths)
     return 0

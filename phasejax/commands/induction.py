@@ -30,14 +30,8 @@ import os
 import resource
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    run_options_from,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import run_options_from
 
 NAME = "induction"
 HELP = "induction heads on in-context Markov chains: 1 vs 2 layers against the Bayes predictor"
@@ -57,14 +51,13 @@ PRESETS = {
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="grid and training budget")
-    add_output(parser, default_out(NAME))
-    parser.add_argument("--steps", type=positive_int, default=None, help="Adam steps per run (None: the preset's)")
-    parser.add_argument("--seeds", type=positive_int, default=None, help="seeds per point (None: the preset's)")
-    parser.add_argument("--learning-rate", type=positive_float, default=0.03,
-                        help="Adam step of the disentangled models")
-    parser.add_argument("--no-comparison", action="store_true", help="skip the comparison models")
-    add_run_options(parser, chunk_size=64)
+    flags.add_preset(parser, "grid and training budget")
+    flags.add_steps(parser, help="Adam steps per run")
+    flags.add_sizes(parser)
+    flags.add_optimizer(parser, optimizers=("adam",), learning_rate=0.03,
+                        learning_rate_help="Adam step of the disentangled models")
+    flags.add_leave_out(parser, {"comparison": "the comparison models"})
+    flags.add_sweep(parser, NAME, chunk_size=64)
 
 
 def run(args) -> int:
@@ -129,6 +122,7 @@ def run(args) -> int:
                               cumulative_at_end_of_phase=phases,
                               note="cpu_seconds: user + system time of this process (all threads); wall time "
                                    "depends on the other load of the machine")
+    summary["environment"] = flags.environment()
     atomic_write_json(os.path.join(args.out, "summary.json"), summary)
     for p in paths:
         print(p)

@@ -28,16 +28,9 @@ import dataclasses
 import os
 import time
 
+from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    add_output,
-    check_fits,
-    add_run_options,
-    default_out,
-    nonnegative_float,
-    open_unit_interval,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
+    check_fits, nonnegative_float, open_unit_interval, positive_float, positive_int, refuse_duplicates,
     run_options_from,
 )
 
@@ -56,23 +49,19 @@ PRESETS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="grid and training size")
-    add_output(parser, default_out(NAME))
+    flags.add_preset(parser, "grid and training size", choices=tuple(PRESETS))
     g = parser.add_argument_group("grid (default: the preset's)")
     g.add_argument("--ps", type=open_unit_interval, nargs="+", default=None, help="values of p = P(1 | 0)")
     g.add_argument("--qs", type=open_unit_interval, nargs="+", default=None, help="values of q = P(0 | 1)")
-    g.add_argument("--seeds", type=positive_int, default=None, help="seeds per (p, q, tied) cell")
+    flags.add_sizes(g, seeds="seeds per (p, q, tied) cell")
     g.add_argument("--tied", choices=("both", "tied", "untied"), default="both", help="readout tied to the embedding")
     t = parser.add_argument_group("model and training (default: the preset's)")
-    t.add_argument("--d", type=positive_int, default=None, help="embedding dimension")
+    flags.add_sizes(t, d="one", seeds=None)
     t.add_argument("--length", type=positive_int, default=None, help="chain length N (>= 2)")
-    t.add_argument("--batch-size", type=positive_int, default=None, help="fresh chains per step")
-    t.add_argument("--steps", type=positive_int, default=None, help="training steps")
+    flags.add_steps(t, batch_size=True, help="training steps")
     t.add_argument("--init-std", type=nonnegative_float, default=0.02, help="std of the Gaussian initialisation")
-    t.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
-                   help="sgd: closest to gradient flow; adamw: Makkuva et al.'s optimiser")
-    t.add_argument("--learning-rate", type=positive_float, default=None,
-                   help="peak learning rate (default 0.5 for sgd, 2e-3 for adamw)")
+    flags.add_optimizer(t, optimizers=("sgd", "adamw"),
+                        learning_rate_help="peak learning rate (default 0.5 for sgd, 2e-3 for adamw)")
     t.add_argument("--weight-decay", type=nonnegative_float, default=None,
                    help="decoupled weight decay (default 0 for sgd, 1e-3 for adamw)")
     t.add_argument("--schedule", choices=("cosine", "constant"), default="cosine", help="after a 2%% linear warm-up")
@@ -81,18 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--tol", type=positive_float, default=1e-3,
                    help="stuck: |final loss - H(pi)| < tol (nats); at the optimum: |final loss - entropy rate| < tol")
     r = parser.add_argument_group("checks and the reduced model")
-    r.add_argument("--skip-critical", action="store_true", help="skip the exact Hessian check of the bad point")
-    r.add_argument("--skip-reduced", action="store_true", help="skip the reduced-model flow picture")
-    r.add_argument("--skip-trace", action="store_true",
-                   help="skip the trace (loss, |e|, curvature along e) of tied runs at --high")
+    flags.add_leave_out(r, {"critical": "the exact Hessian check of the bad point",
+                            "reduced": "the reduced-model flow picture",
+                            "trace": "the trace (loss, |e|, curvature along e) of tied runs at --high"}, older="skip")
     r.add_argument("--reduced-init-std", type=positive_float, default=0.1, help="Gaussian init std of the reduced flow")
     r.add_argument("--reduced-t-max", type=positive_float, default=600.0, help="gradient-flow horizon")
     r.add_argument("--low", type=open_unit_interval, nargs=2, default=(0.2, 0.3), metavar=("P", "Q"),
                    help="(p, q) with p + q < 1 for the basin picture and the critical-point check")
     r.add_argument("--high", type=open_unit_interval, nargs=2, default=(0.7, 0.8), metavar=("P", "Q"),
                    help="(p, q) with p + q > 1 for the basin picture and the critical-point check")
-    add_run_options(parser)
-    parser.set_defaults(chunk_size=None)   # the preset's (cpu 72, gpu 512) unless --chunk-size is given
+    flags.add_sweep(parser, NAME, chunk_size=None)   # None: the preset's (cpu 72, gpu 512)
 
 
 def run(args) -> int:
@@ -154,7 +141,7 @@ def run(args) -> int:
         return 0
 
     checks = []
-    if not args.skip_critical:
+    if not args.no_critical:
         t0 = time.perf_counter()
         for p, q in (tuple(args.high), tuple(args.low)):
             for t in (True, False):
@@ -166,7 +153,7 @@ def run(args) -> int:
         sweep.summary["critical_points"] = rows
         timings["critical_s"] = time.perf_counter() - t0
 
-    if not args.skip_trace:
+    if not args.no_trace:
         t0 = time.perf_counter()
         p, q = args.high
         n_points = max(k for k in range(1, 26) if training.steps % k == 0)
@@ -183,7 +170,7 @@ def run(args) -> int:
                                       final_e_norm=tr["e_norm"][:, -1].tolist())
         timings["trace_s"] = time.perf_counter() - t0
 
-    if not args.skip_reduced:
+    if not args.no_reduced:
         t0 = time.perf_counter()
         settings = ReducedSettings(init_std=args.reduced_init_std, t_max=args.reduced_t_max, tol=args.tol)
         pic = reduced_picture(settings, seeds=preset["reduced_seeds"], basin_points=preset["basin_points"],
@@ -199,6 +186,7 @@ def run(args) -> int:
     timings["plots_s"] = time.perf_counter() - t0
     sweep.summary["command"] = dict(preset=args.preset, timings=timings, run_dir=options.run_dir,
                                     training=dataclasses.asdict(training))
+    sweep.summary["environment"] = flags.environment()
     written = sweep.write(out) + written
     for path in written:
         print(path)

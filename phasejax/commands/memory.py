@@ -21,25 +21,21 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import add_output, add_run_options, default_out, positive_int, run_options_from
+from phasejax.commands import flags
+from phasejax.commands.argtypes import positive_int, run_options_from
 
 NAME = "memory"
 HELP = "capacity of associative memories (outer product, one step, trained linear, MLP) and Zipf scaling"
 
 
 def add_arguments(parser) -> None:
-    add_output(parser, default_out(NAME))
-    parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
-                        help="grid size: cpu (minutes on 2 cores) or gpu (larger d, m, N, more seeds)")
-    parser.add_argument("--seeds", type=positive_int, default=None,
-                        help="number of seeds for every sweep (default: the preset's, 8 for closed-form and 4 for "
-                             "trained memories)")
+    flags.add_preset(parser, "grid size: cpu (minutes on 2 cores) or gpu (larger d, m, N, more seeds)")
+    flags.add_sizes(parser, seeds="seeds for every sweep (default: the preset's, 8 for closed-form and 4 for "
+                                  "trained memories)")
     parser.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples for the exponent CIs")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                        help="floating-point type of the simulations (float64 runs inside a scoped x64 switch)")
-    parser.add_argument("--no-zipf", action="store_true", help="skip the Zipf experiment")
-    parser.add_argument("--no-plots", action="store_true", help="write the tables only")
-    add_run_options(parser, chunk_size=32)
+    flags.add_dtype(parser)
+    flags.add_leave_out(parser, {"zipf": "the Zipf experiment", "plots": "the figures (the tables only)"})
+    flags.add_sweep(parser, NAME, chunk_size=32)
 
 
 def _fmt(v) -> str:
@@ -67,6 +63,7 @@ def run(args) -> int:
         return 0
     result.fits["config"]["preset"] = args.preset
     result.fits["config"]["dtype"] = args.dtype
+    result.fits["config"]["environment"] = flags.environment()
     result.fits["config"]["wall_seconds_this_invocation"] = round(time.time() - t0, 1)   # chunks on disk are reused
     paths = result.write(args.out)
     if not args.no_plots:

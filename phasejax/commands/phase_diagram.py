@@ -21,20 +21,9 @@ import os
 import sys
 import time
 
+from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    RunError,
-    UsageError,
-    add_output,
-    add_run_options,
-    default_out,
-    grid_range,
-    finite_float,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    run_options_from,
-    unit_interval,
-    was_given,
+    RunError, UsageError, grid_range, positive_int, run_options_from, unit_interval, was_given,
 )
 
 NAME = "phase-diagram"
@@ -42,23 +31,13 @@ HELP = "the (alpha, omega) phase diagram with thresholds, error bars and spinoda
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--alpha-min", type=positive_float, default=0.3)
-    ap.add_argument("--alpha-max", type=positive_float, default=2.5)
-    ap.add_argument("--n-alpha", type=positive_int, default=23)
-    ap.add_argument("--omega-min", type=unit_interval, default=0.0)
-    ap.add_argument("--omega-max", type=unit_interval, default=0.5)
-    ap.add_argument("--n-omega", type=positive_int, default=11)
-    ap.add_argument("--sigma", type=positive_float, default=0.5)
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
-                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
-                         "finite entries are accepted: with rows not summing to one the target's attention rows "
-                         "do not sum to one either")
+    flags.add_range(ap, "alpha", 0.3, 2.5, 23)
+    flags.add_range(ap, "omega", 0.0, 0.5, 11, kind=unit_interval)
+    flags.add_model(ap, A=True)
     ap.add_argument("--tracks", type=positive_int, default=1,
                     help="fixed-point tracks (census seeds) per subspace, followed along alpha")
     ap.add_argument("--slice-omega", type=unit_interval, default=0.3, help="omega of the slice plot")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=None)   # None: `auto_chunk_rows` (2 on a CPU, as many as fit on an accelerator)
+    flags.add_sweep(ap, NAME, chunk_size=None)   # None: `auto_chunk_rows` (2 on a CPU, as many as fit on an accelerator)
 
 
 MAX_POINTS = 10**6

@@ -17,29 +17,8 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_replot,
-    grid_range,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    run_options_from,
-    unit_interval,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    TRAINING_HINT,
-    environment,
-    finish,
-    run_failures,
-    not_finished,
-    pick,
-    print_paths,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import grid_range, run_options_from
 
 NAME = "random-init"
 HELP = "Adam from small random inits: fractions of runs ending positional / semantic / neither vs alpha"
@@ -51,19 +30,13 @@ PRESETS = {
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 200, 10 alphas, 20 seeds; gpu: d = 1000, 20 alphas, 100 seeds")
-    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
-    ap.add_argument("--omega", type=unit_interval, default=0.3)
-    ap.add_argument("--alpha-min", type=positive_float, default=0.25)
-    ap.add_argument("--alpha-max", type=positive_float, default=2.5)
-    ap.add_argument("--n-alpha", type=positive_int, default=None, help="alphas (default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per alpha (default: the preset's)")
-    ap.add_argument("--learning-rate", type=positive_float, default=0.01, help="Adam learning rate")
-    ap.add_argument("--max-steps", type=positive_int, default=10000, help="Adam step cap")
-    add_dtype(ap)
-    add_replot(ap, "only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=50)
+    flags.add_preset(ap, "cpu: d = 200, 10 alphas, 20 seeds; gpu: d = 1000, 20 alphas, 100 seeds")
+    flags.add_alpha_curve(ap, 0.25, 2.5, seeds="seeds per alpha (default: the preset's)")
+    flags.add_optimizer(ap, optimizers=("adam",), learning_rate=0.01, max_steps=10000,
+                        learning_rate_help="Adam learning rate")
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redo fractions.csv and fractions.png from <out>/runs.csv (no training)")
+    flags.add_sweep(ap, NAME, chunk_size=50)
 
 
 def fractions(runs: dict, out: str) -> list[str]:
@@ -109,18 +82,18 @@ def run(args) -> int:
         path = os.path.join(args.out, "runs.csv")
         if not os.path.exists(path):
             raise SystemExit(f"error: --replot needs {path}")
-        print_paths(fractions(read_runs_csv(path), args.out))
+        flags.print_paths(fractions(read_runs_csv(path), args.out))
         return 0
     preset = PRESETS[args.preset]
-    d, n_alpha, seeds = pick(args, "d", preset), pick(args, "n_alpha", preset), pick(args, "seeds", preset)
+    d, n_alpha, seeds = flags.pick(args, "d", preset), flags.pick(args, "n_alpha", preset), flags.pick(args, "seeds", preset)
     alphas = grid_range(args, "alpha", n_alpha)
     grid = TrainingGrid(alphas=alphas, omegas=(args.omega,), seeds=tuple(range(seeds)), inits=("random",), d=d)
     config = TrainConfig("adam", learning_rate=args.learning_rate, max_steps=args.max_steps)
     options = run_options_from(args, args.out)
     t0 = time.perf_counter()
-    runs = train_students(grid, make_params(1.0, args.omega), config=config, dtype=dtype_from(args), options=options)
+    runs = train_students(grid, make_params(1.0, args.omega), config=config, dtype=flags.dtype_from(args), options=options)
     if runs is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     seconds = time.perf_counter() - t0
     r = runs.runs
     paths = runs.write(args.out)
@@ -128,7 +101,7 @@ def run(args) -> int:
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, d=d, omega=args.omega, seeds=seeds, dtype=args.dtype, learning_rate=args.learning_rate,
         max_steps=args.max_steps, n_runs=int(len(r["alpha"])), n_converged=int(np.sum(r["converged"])),
-        seconds=seconds, **environment())))
+        seconds=seconds, **flags.environment())))
     print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
-    print_paths(paths)
-    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT))
+    flags.print_paths(paths)
+    return flags.finish(NAME, flags.run_failures(r["status"], hint=flags.TRAINING_HINT))

@@ -21,35 +21,12 @@ evolution's `q`, `m`, `theta`), q12_over_q.png.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
+from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    add_output,
-    add_replot,
-    add_run_options,
-    default_out,
-    nonnegative_int,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
-    run_options_from,
-    unit_interval,
-    UsageError,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    TRAINING_HINT,
-    environment,
-    finish,
-    run_failures,
-    not_finished,
-    pick,
-    print_paths,
-    sub_options,
+    UsageError, nonnegative_int, positive_float, positive_int, refuse_duplicates, run_options_from,
 )
 
 NAME = "replicas"
@@ -64,33 +41,28 @@ NAMED = ("branch", "solution_1", "solution_2")
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 250, 500, 1000, 6 seeds, 2000 continuation steps; "
-                   "gpu: d = 500 ... 8000, 64 seeds, 20000 continuation steps")
-    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
-    ap.add_argument("--d", type=positive_int, nargs="+", dest="ds", help=argparse.SUPPRESS)
-    ap.add_argument("--seeds", type=positive_int, default=None, help="pairs per point (default: the preset's)")
-    ap.add_argument("--alphas", type=positive_float, nargs="+", default=[0.8, 1.5])
-    ap.add_argument("--lams", type=positive_float, nargs="+", default=[0.01, 0.1], help="ridge penalties lambda")
-    ap.add_argument("--omega", type=unit_interval, default=0.3)
+    flags.add_preset(ap, "cpu: d = 250, 500, 1000, 6 seeds, 2000 continuation steps; "
+                         "gpu: d = 500 ... 8000, 64 seeds, 20000 continuation steps")
+    flags.add_sizes(ap, d="many", seeds="pairs per point (default: the preset's)")
+    flags.add_hidden_alias(ap, "--d", "ds", type=positive_int, nargs="+")
+    ap.add_argument("--alphas", type=positive_float, nargs="+", default=[0.8, 1.5], help="sample complexities n / d")
+    flags.add_point(ap, omega=0.3)
+    flags.add_model(ap, lams=True)
     ap.add_argument("--branches", nargs="+", choices=("positional", "semantic"), default=["positional", "semantic"])
-    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
     ap.add_argument("--noise", type=positive_float, default=1.0,
                     help="init noise relative to the branch init's RMS entry (1: replicas start at q12/q ~ 1/2)")
-    ap.add_argument("--max-steps", type=positive_int, default=5000, help="L-BFGS step cap of each replica")
-    ap.add_argument("--gtol", type=positive_float, default=None,
-                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
+    flags.add_optimizer(ap, optimizers=("lbfgs",), learning_rate=..., max_steps=5000, gtol=True)
     ap.add_argument("--lanczos-steps", type=positive_int, default=40, help="Lanczos steps per Hessian")
     ap.add_argument("--long-steps", type=nonnegative_int, default=None,
                     help="continuation steps at gtol / 100 after convergence (0: none; default: the preset's)")
-    ap.add_argument("--no-se", action="store_true", help="skip the state-evolution values in summary.json")
-    add_dtype(ap)
-    add_replot(ap, "only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv",
-               uses=("merge", "no_se", "sigma"))
+    flags.add_leave_out(ap, {"se": "the state-evolution values in summary.json"})
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv",
+                     uses=("merge", "no_se", "sigma"))
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="with --replot: first add the pairs of DIR/two_replicas.csv (other sizes or seeds; a pair "
                          "present twice is refused) to <out>/two_replicas.csv")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=16)
+    flags.add_sweep(ap, NAME, chunk_size=16)
 
 
 def write_pairs(pairs: dict, path: str) -> str:
@@ -282,7 +254,7 @@ def run(args) -> int:
     from phasejax.empirics.replicas import ReplicaGrid, replica_sweep
     from phasejax.theory import make_params
 
-    meta = dict(preset=args.preset, **environment())
+    meta = dict(preset=args.preset, **flags.environment())
     if args.merge and not args.replot:
         raise UsageError("--merge works with --replot only; add --replot")
     if args.replot:
@@ -294,11 +266,11 @@ def run(args) -> int:
         if args.merge:
             pairs = merge_pairs([pairs] + [read_pairs(os.path.join(m, "two_replicas.csv")) for m in args.merge])
             paths.append(write_pairs(pairs, path))
-        print_paths(paths + summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
+        flags.print_paths(paths + summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
         return 0
     preset = PRESETS[args.preset]
-    ds, seeds = pick(args, "ds", preset), pick(args, "seeds", preset)
-    long_steps = pick(args, "long_steps", preset)
+    ds, seeds = flags.pick(args, "ds", preset), flags.pick(args, "seeds", preset)
+    long_steps = flags.pick(args, "long_steps", preset)
     for values, flag in ((ds, "--ds"), (args.alphas, "--alphas"), (args.lams, "--lams"), (args.branches, "--branches")):
         refuse_duplicates(values, flag)
     try:
@@ -313,10 +285,10 @@ def run(args) -> int:
     parts = []
     for grid in grids:
         part = replica_sweep(grid, params, config=config, noise=args.noise, lanczos_steps=args.lanczos_steps,
-                             long_steps=long_steps, dtype=dtype_from(args),
-                             options=sub_options(options, f"d{grid.d}"))
+                             long_steps=long_steps, dtype=flags.dtype_from(args),
+                             options=flags.sub_options(options, f"d{grid.d}"))
         if part is None:
-            return not_finished(options)
+            return flags.not_finished(options)
         parts.append(part)
         print(f"d = {grid.d}: {len(part['alpha'])} pairs, {time.perf_counter() - t0:.0f} s so far", flush=True)
     pairs = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -331,9 +303,9 @@ def run(args) -> int:
     paths += summarise(pairs, args.out, se=se, meta=meta)
     print(f"{len(pairs['alpha'])} pairs in {seconds:.1f} s ({int(np.sum(pairs['same_branch']))} stayed in their "
           f"branch)")
-    print_paths(paths)
+    flags.print_paths(paths)
     statuses = np.concatenate([pairs["status_1"], pairs["status_2"]])
-    return finish(NAME, run_failures(statuses, "replicas", hint=TRAINING_HINT))
+    return flags.finish(NAME, flags.run_failures(statuses, "replicas", hint=flags.TRAINING_HINT))
 
 
 def _se(pairs: dict, sigma: float) -> dict:

@@ -18,30 +18,8 @@ from __future__ import annotations
 import os
 import time
 
-from phasejax.commands.argtypes import (
-    add_output,
-    add_replot,
-    add_run_options,
-    default_out,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
-    run_options_from,
-    unit_interval,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    TRAINING_HINT,
-    environment,
-    finish,
-    run_failures,
-    not_finished,
-    pick,
-    print_paths,
-    sub_options,
-)
+from phasejax.commands import flags
+from phasejax.commands.argtypes import refuse_duplicates, run_options_from
 
 NAME = "scaling"
 HELP = "finite-size scaling of the trained overlaps towards the state-evolution fixed points"
@@ -53,15 +31,12 @@ PRESETS = {
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 10 ... 4000, 16 seeds; gpu: d = 10 ... 4000, 40 seeds")
-    ap.add_argument("--alpha", type=positive_float, default=1.5)
-    ap.add_argument("--omega", type=unit_interval, default=0.3)
-    ap.add_argument("--ds", type=positive_int, nargs="+", default=None, help="dimensions (default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="seeds per d and init (default: the preset's)")
-    add_dtype(ap)
-    add_replot(ap, "only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=20)
+    flags.add_preset(ap, "cpu: d = 10 ... 4000, 16 seeds; gpu: d = 10 ... 4000, 40 seeds")
+    flags.add_point(ap, alpha=1.5, omega=0.3)
+    flags.add_sizes(ap, d="many", seeds="seeds per d and init (default: the preset's)")
+    flags.add_dtype(ap)
+    flags.add_replot(ap, "only redo summary.csv and scaling.png from <out>/runs.csv and <out>/se.json (no training)")
+    flags.add_sweep(ap, NAME, chunk_size=20)
 
 
 def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
@@ -115,11 +90,11 @@ def run(args) -> int:
                 raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
         se = {k: number(v) if k in ("m", "m_err", "theta", "theta_err", "alpha", "omega") else v
               for k, v in read_json(os.path.join(args.out, "se.json")).items()}     # null: NaN
-        print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
+        flags.print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
         return 0
     preset = PRESETS[args.preset]
-    refuse_duplicates(pick(args, "ds", preset), "--ds")
-    ds, seeds = sorted(pick(args, "ds", preset)), pick(args, "seeds", preset)
+    refuse_duplicates(flags.pick(args, "ds", preset), "--ds")
+    ds, seeds = sorted(flags.pick(args, "ds", preset)), flags.pick(args, "seeds", preset)
     for d in ds:
         try:
             sample_count(args.alpha, d)
@@ -139,9 +114,9 @@ def run(args) -> int:
     t0 = time.perf_counter()
     for d in ds:
         grid = TrainingGrid(alphas=(args.alpha,), omegas=(args.omega,), seeds=tuple(range(seeds)), d=d)
-        out = train_students(grid, params, dtype=dtype_from(args), options=sub_options(options, f"d{d}"))
+        out = train_students(grid, params, dtype=flags.dtype_from(args), options=flags.sub_options(options, f"d{d}"))
         if out is None:
-            return not_finished(options)
+            return flags.not_finished(options)
         parts.append(out)
         print(f"d={d}: {len(out.runs['alpha'])} runs, {int(np.sum(out.runs['converged']))} converged")
     t_train = time.perf_counter() - t0
@@ -151,6 +126,6 @@ def run(args) -> int:
     paths += summarise(runs, se, args.out, args.alpha)
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, ds=ds, seeds=seeds, dtype=args.dtype, se_seconds=t_se, train_seconds=t_train,
-        training_config_per_d=[p.config for p in parts], **environment())))
-    print_paths(paths)
-    return finish(NAME, run_failures(runs["status"], hint=TRAINING_HINT))
+        training_config_per_d=[p.config for p in parts], **flags.environment())))
+    flags.print_paths(paths)
+    return flags.finish(NAME, flags.run_failures(runs["status"], hint=flags.TRAINING_HINT))

@@ -12,17 +12,11 @@ r, t > 1); m is the first entry of m. Default quadrature: the converged adapted 
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    UsageError,
-    finite_float,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    refuse_duplicates,
-    unit_interval,
+    UsageError, nonnegative_float, positive_float, positive_int, refuse_duplicates, unit_interval,
 )
 
 MAX_NODES = 64
@@ -39,9 +33,8 @@ HELP = "state evolution at (alpha, omega) points, one JSON line each"
 def add_arguments(ap) -> None:
     ap.add_argument("--alphas", type=positive_float, nargs="+", help="sample complexities n / d (required)")
     ap.add_argument("--omegas", type=unit_interval, nargs="+", help="positional shares of the target (required)")
-    # the older singular spellings, still accepted
-    ap.add_argument("--alpha", type=positive_float, nargs="+", dest="alphas", help=argparse.SUPPRESS)
-    ap.add_argument("--omega", type=unit_interval, nargs="+", dest="omegas", help=argparse.SUPPRESS)
+    flags.add_hidden_alias(ap, "--alpha", "alphas", type=positive_float, nargs="+")   # the older singular spellings
+    flags.add_hidden_alias(ap, "--omega", "omegas", type=unit_interval, nargs="+")
     ap.add_argument("--branch", choices=("positional", "semantic", "agnostic"), default="semantic",
                     help="the subspace solved in (agnostic: both order parameters free)")
     ap.add_argument("--nodes", type=positive_int, default=None,
@@ -50,12 +43,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--qmc", type=positive_int, default=None,
                     help="use scrambled Sobol with 4 replicas of this many points (rounded up to a power of 2, "
                          f"at most 2^{MAX_QMC_LOG2}) instead of the converged default rule")
-    ap.add_argument("--sigma", type=positive_float, default=0.5)
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01)
-    ap.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6], metavar=("A11", "A12", "A21", "A22"),
-                    help="the target's positional part A, row by row (target: (1 - omega) softmax + omega A); any "
-                         "finite entries are accepted: with rows not summing to one the target's attention rows "
-                         "do not sum to one either")
+    flags.add_model(ap, A=True)
     ap.add_argument("--prox-starts", choices=("multi", "zero"), default="multi",
                     help="multi: the global minimum of each proximal problem; zero: one search from h = 0 "
                          "(the published method)")
@@ -64,7 +52,7 @@ def add_arguments(ap) -> None:
                     help="blend a node's prox minima within about this energy of each other "
                          "(MapApproximation.tie_width; 0: the lowest only)")
     ap.add_argument("--tol", type=positive_float, default=1e-7, help="scaled residual at convergence")
-    ap.add_argument("--no-progress", action="store_true", help="no progress line (drawn only on a terminal)")
+    flags.add_progress(ap)
 
 
 def quadrature_from(args, params):

@@ -15,31 +15,9 @@ from __future__ import annotations
 import os
 import time
 
+from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    check_fits,
-    UsageError,
-    refuse_duplicates,
-    add_output,
-    add_run_options,
-    default_out,
-    nonnegative_float,
-    nonnegative_int,
-    positive_float,
-    positive_int,
-    run_options_from,
-    unit_interval,
-)
-from phasejax.commands.experiment_flags import (
-    add_dtype,
-    add_preset,
-    dtype_from,
-    TRAINING_HINT,
-    environment,
-    finish,
-    run_failures,
-    not_finished,
-    pick,
-    print_paths,
+    UsageError, check_fits, nonnegative_int, positive_float, refuse_duplicates, run_options_from, unit_interval,
 )
 
 NAME = "train"
@@ -59,28 +37,21 @@ STUDENTS = ("tied", "untied", "linear")
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: d = 200, alphas 0.5 ... 2.5, omegas 0.1, 0.3, 3 seeds; "
-                   "gpu: d = 1000, 30 alphas, 6 omegas, 10 seeds")
-    ap.add_argument("--d", type=positive_int, default=None, help="dimension (default: the preset's)")
+    flags.add_preset(ap, "cpu: d = 200, alphas 0.5 ... 2.5, omegas 0.1, 0.3, 3 seeds; "
+                         "gpu: d = 1000, 30 alphas, 6 omegas, 10 seeds")
+    flags.add_sizes(ap, d="one")
     ap.add_argument("--alphas", type=positive_float, nargs="+", default=None, help="(default: the preset's)")
     ap.add_argument("--omegas", type=unit_interval, nargs="+", default=None, help="(default: the preset's)")
-    ap.add_argument("--seeds", type=positive_int, default=None, help="number of seeds (default: the preset's)")
     ap.add_argument("--inits", choices=INITS, nargs="+", default=["positional", "semantic"])
     ap.add_argument("--student", choices=STUDENTS, default="tied")
     ap.add_argument("--value-rank", type=nonnegative_int, default=0, help="trainable value rank (untied student)")
-    ap.add_argument("--optimizer", choices=("lbfgs", "gd", "adam"), default="lbfgs")
-    ap.add_argument("--learning-rate", type=positive_float, default=None,
-                    help="step size of gd (default 0.5) and adam (default 0.01); refused with lbfgs, whose line "
-                         "search sets the step")
-    ap.add_argument("--max-steps", type=positive_int, default=5000, help="optimiser step cap")
-    ap.add_argument("--gtol", type=positive_float, default=None,
-                    help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
-    ap.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
-    ap.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
-    ap.add_argument("--n-test", type=positive_int, default=1000, help="fresh test sequences per run")
-    add_dtype(ap)
-    add_output(ap, default_out(NAME))
-    add_run_options(ap, chunk_size=20)
+    flags.add_optimizer(ap, max_steps=5000, gtol=True,
+                        learning_rate_help="step size of gd (default 0.5) and adam (default 0.01); refused with "
+                                           "lbfgs, whose line search sets the step")
+    flags.add_model(ap)
+    flags.add_n_test(ap, 1000)
+    flags.add_dtype(ap)
+    flags.add_sweep(ap, NAME, chunk_size=20)
 
 
 def check_size(grid, args, dtype) -> None:
@@ -107,25 +78,25 @@ def run(args) -> int:
     if args.value_rank and args.student != "untied":
         raise UsageError(f"--value-rank is used by --student untied only, not {args.student}; drop it")
     for flag, name in (("--alphas", "alphas"), ("--omegas", "omegas"), ("--inits", "inits")):
-        refuse_duplicates(pick(args, name, preset) if name != "inits" else args.inits, flag)
-    grid = TrainingGrid(alphas=tuple(pick(args, "alphas", preset)), omegas=tuple(pick(args, "omegas", preset)),
-                        seeds=tuple(range(pick(args, "seeds", preset))), inits=tuple(args.inits),
-                        d=pick(args, "d", preset))
+        refuse_duplicates(flags.pick(args, name, preset) if name != "inits" else args.inits, flag)
+    grid = TrainingGrid(alphas=tuple(flags.pick(args, "alphas", preset)), omegas=tuple(flags.pick(args, "omegas", preset)),
+                        seeds=tuple(range(flags.pick(args, "seeds", preset))), inits=tuple(args.inits),
+                        d=flags.pick(args, "d", preset))
     config = TrainConfig(args.optimizer, learning_rate=args.learning_rate, max_steps=args.max_steps, gtol=args.gtol)
     options = run_options_from(args, args.out)
-    check_size(grid, args, dtype_from(args))
+    check_size(grid, args, flags.dtype_from(args))
     t0 = time.perf_counter()
     runs = train_students(grid, make_params(1.0, 0.0, sigma=args.sigma, lam=args.lam), student=args.student,
-                          config=config, n_test=args.n_test, value_rank=args.value_rank, dtype=dtype_from(args),
+                          config=config, n_test=args.n_test, value_rank=args.value_rank, dtype=flags.dtype_from(args),
                           options=options)
     if runs is None:
-        return not_finished(options)
+        return flags.not_finished(options)
     seconds = time.perf_counter() - t0
     r = runs.runs
     paths = runs.write(args.out)
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, n_runs=int(len(r["alpha"])), n_converged=int(np.sum(r["converged"])), seconds=seconds,
-        **environment())))
+        **flags.environment())))
     print(f"{len(r['alpha'])} runs in {seconds:.1f} s, {int(np.sum(r['converged']))} converged")
-    print_paths(paths)
-    return finish(NAME, run_failures(r["status"], hint=TRAINING_HINT))
+    flags.print_paths(paths)
+    return flags.finish(NAME, flags.run_failures(r["status"], hint=flags.TRAINING_HINT))

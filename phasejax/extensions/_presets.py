@@ -49,6 +49,24 @@ class ExtensionPreset:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OmegaGridPreset(ExtensionPreset):
+    """`ExtensionPreset` with the theory on `alphas x omegas` and the students on `train_alphas x train_omegas`."""
+
+    omegas: tuple[float, ...]
+    train_omegas: tuple[float, ...]
+
+
+def sobol_rule(preset, dim: int):
+    """The preset's quadrature in `dim` dimensions: scrambled Sobol with `2^log2_n` points and `n_replicas`
+    replicas, or `None` (the default scheme) where `log2_n` is None. `preset`: an `ExtensionPreset`, or the
+    mapping an older summary recorded."""
+    from phasejax.theory.quadrature import SobolRule
+
+    log2_n = preset_value(preset, "log2_n")
+    return None if log2_n is None else SobolRule.create(dim, log2_n=log2_n, n_replicas=preset_value(preset, "n_replicas"))
+
+
 def preset_value(preset, name: str):
     """Field `name` of a preset: an `ExtensionPreset`, or the mapping an older `summary.json` recorded."""
     return preset[name] if isinstance(preset, Mapping) else getattr(preset, name)

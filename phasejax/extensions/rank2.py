@@ -29,7 +29,6 @@ Outputs, thresholds and the figure come from `phasejax.extensions.framework`.
 
 from __future__ import annotations
 
-import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,7 +38,7 @@ from phasejax.empirics.data import generate_data, run_keys, sample_tokens, teach
 from phasejax.empirics.students import positional_init, random_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize
 from phasejax.extensions._figures import branch_figure
-from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._presets import ExtensionRun, OmegaGridPreset, alpha_range, sobol_rule
 from phasejax.extensions._tables import (
     EXTENSION_SE_CONFIG, agreement, attach_theory, continuation_table, ExtensionResult, ordered, scheme_config,
     train_students_table,
@@ -248,18 +247,10 @@ def global_minimum_summary(theory: dict) -> list[dict]:
                                      theory["branch"][sel], theory["train_loss"][sel])]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Rank2Preset(ExtensionPreset):
-    """`ExtensionPreset` with the theory's omegas and the students' `train_omegas`."""
-
-    omegas: tuple[float, ...]
-    train_omegas: tuple[float, ...]
-
-
 PRESETS = {
-    "cpu": Rank2Preset(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=11, n_replicas=4, train_alphas=(1.3, 2.3),
+    "cpu": OmegaGridPreset(alphas=(0.8, 1.3, 1.8, 2.3), omegas=(0.3,), log2_n=11, n_replicas=4, train_alphas=(1.3, 2.3),
                        train_omegas=(0.3,), seeds=(0, 1, 2), ds=(200, 800)),
-    "gpu": Rank2Preset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.15, 0.3, 0.45), log2_n=12,
+    "gpu": OmegaGridPreset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.15, 0.3, 0.45), log2_n=12,
                        n_replicas=4, train_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), train_omegas=(0.0, 0.3),
                        seeds=(0, 1, 2, 3, 4), ds=(200, 400, 800, 1600)),
 }
@@ -267,13 +258,12 @@ PRESETS = {
 
 
 def preset_rule(P) -> SobolRule:
-    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
-    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it). `P`: a
-    `Rank2Preset`, or the mapping an older summary recorded."""
-    return SobolRule.create(6, preset_value(P, "log2_n"), preset_value(P, "n_replicas"))
+    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)` (`sobol_rule`; its theory
+    rows are solved with it, and their replicon computed with it)."""
+    return sobol_rule(P, 6)
 
 
-def compute(preset: str, P: Rank2Preset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
+def compute(preset: str, P: OmegaGridPreset, *, run: ExtensionRun = ExtensionRun()) -> ExtensionResult:
     """Theory (three inits on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (three inits on
     `train_alphas x train_omegas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under
     `run.run_dir`."""

@@ -39,7 +39,7 @@ import numpy as np
 
 from phasejax.extensions._figures import draw_band, finite_err
 
-from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, sobol_rule
 
 from phasejax.extensions._tables import (
 
@@ -56,7 +56,7 @@ from phasejax.sweep import RunOptions
 from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import PAPER_A, PAPER_A_ASYMMETRIC, TiedAttentionParams, make_params
-from phasejax.theory.quadrature import SobolRule, gauss_hermite
+from phasejax.theory.quadrature import gauss_hermite
 from phasejax.theory.branches import branch_init
 from phasejax.theory.solver import MapApproximation, SEConfig
 from phasejax.theory.updates import hats_from_nodes, node_values
@@ -225,8 +225,7 @@ def preset_rule(P):
     """The preset `P`'s quadrature: scrambled Sobol in 4 dimensions (`2^log2_n` points, `n_replicas` replicas), or
     the default scheme (`None`) where `log2_n` is None. Its theory rows are solved with it, and their replicon
     computed with it. `P`: a `SecondAPreset`, or the mapping an older summary recorded."""
-    log2_n = preset_value(P, "log2_n")
-    return None if log2_n is None else SobolRule.create(4, log2_n=log2_n, n_replicas=preset_value(P, "n_replicas"))
+    return sobol_rule(P, 4)
 
 
 def compute(preset: str, P: SecondAPreset, *, run: ExtensionRun = ExtensionRun(),

@@ -23,8 +23,6 @@ init, trained untied by L-BFGS), swept with `run_chunked`.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,7 +33,7 @@ from phasejax.empirics.metrics import fresh_test_error
 from phasejax.empirics.students import UntiedAttention, positional_init, semantic_init
 from phasejax.empirics.training import TrainConfig, minimize, student_risk
 from phasejax.extensions._figures import branch_figure
-from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range, preset_value
+from phasejax.extensions._presets import ExtensionRun, OmegaGridPreset, alpha_range, sobol_rule
 from phasejax.extensions._tables import (
     EXTENSION_SE_CONFIG, agreement, attach_theory, continuation_table, ExtensionResult, ordered, scheme_config,
     train_students_table,
@@ -174,18 +172,10 @@ RUNS_FIRST = ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_l
 """Leading columns of `runs.csv` (the query-side overlaps with the tied model's names first)."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class UntiedPreset(ExtensionPreset):
-    """`ExtensionPreset` with the theory's omegas and the students' `train_omegas`."""
-
-    omegas: tuple[float, ...]
-    train_omegas: tuple[float, ...]
-
-
 PRESETS = {
-    "cpu": UntiedPreset(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
+    "cpu": OmegaGridPreset(alphas=(0.9, 1.3, 1.7, 2.1, 2.5, 2.9), omegas=(0.1, 0.3), log2_n=11, n_replicas=4,
                         train_alphas=(1.3, 2.1, 2.9), train_omegas=(0.3,), seeds=tuple(range(8)), ds=(200, 800)),
-    "gpu": UntiedPreset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.1, 0.2, 0.3, 0.4), log2_n=12,
+    "gpu": OmegaGridPreset(alphas=alpha_range(0.2, 3.01, 0.2, 10), omegas=(0.0, 0.1, 0.2, 0.3, 0.4), log2_n=12,
                         n_replicas=4, train_alphas=(0.6, 1.0, 1.4, 1.8, 2.2, 2.6), train_omegas=(0.0, 0.3),
                         seeds=(0, 1, 2, 3, 4), ds=(200, 400, 800, 1600)),
 }
@@ -193,13 +183,12 @@ PRESETS = {
 
 
 def preset_rule(P) -> SobolRule:
-    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)`, `2^log2_n` points and
-    `n_replicas` replicas (its theory rows are solved with it, and their replicon computed with it). `P`: an
-    `UntiedPreset`, or the mapping an older summary recorded."""
-    return SobolRule.create(6, preset_value(P, "log2_n"), preset_value(P, "n_replicas"))
+    """The preset `P`'s quadrature: scrambled Sobol in the 6 dimensions of `L (r + t)` (`sobol_rule`; its theory
+    rows are solved with it, and their replicon computed with it)."""
+    return sobol_rule(P, 6)
 
 
-def compute(preset: str, P: UntiedPreset, *, run: ExtensionRun = ExtensionRun(),
+def compute(preset: str, P: OmegaGridPreset, *, run: ExtensionRun = ExtensionRun(),
             tied: dict | None = None) -> ExtensionResult:
     """Theory (both branches on `alphas x omegas`, Sobol rule `log2_n`, `n_replicas`) and students (both inits on
     `train_alphas x train_omegas x seeds` at each of `ds`) of the preset `P` (named `preset`), resumable under

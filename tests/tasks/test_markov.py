@@ -373,7 +373,7 @@ def test_command_writes_its_files(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["markov", "--out", str(out), "--run-dir", str(tmp_path / "run"), "--ps", "0.3", "--qs", "0.9",
                "--seeds", "1", "--d", "2", "--length", "4", "--batch-size", "4", "--steps", "12", "--n-eval", "64",
-               "--skip-critical", "--skip-reduced", "--skip-trace", "--no-progress"])
+               "--no-critical", "--no-reduced", "--no-trace", "--no-progress"])
     assert rc == 0
     printed = capsys.readouterr().out.split()
     for name in ("runs.csv", "curves.csv", "summary.json", "phase_diagram.png", "curves.png"):

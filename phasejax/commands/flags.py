@@ -1,0 +1,304 @@
+"""The flag blocks the commands share, one helper per concept, and the helpers of a command's run (not a command:
+it defines no `NAME`). docs/cli.md tables the vocabulary: one spelling per meaning, a plural name for a list
+and a singular name for one value, `--no-*` for a switch that leaves something out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from phasejax.commands.argtypes import (
+    finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int, unit_interval,
+)
+
+DTYPES = ("float32", "float64")
+
+# ----------------------------------------------------------------------------
+# Flag blocks
+# ----------------------------------------------------------------------------
+
+
+def add_preset(parser, doc: str, choices=("cpu", "gpu")) -> None:
+    """`--preset` (default the first of `choices`); `doc` says what each preset runs."""
+    parser.add_argument("--preset", choices=choices, default=choices[0], help=doc)
+
+
+def add_dtype(parser, default: str = "float32") -> None:
+    """`--dtype {float32,float64}`."""
+    parser.add_argument("--dtype", choices=DTYPES, default=default,
+                        help="floating-point precision of data, weights and metrics (float64 runs inside a scoped "
+                             "float64 switch; the process-wide JAX setting is left alone)")
+
+
+def add_model(parser, *, sigma: bool = True, lam: bool = True, A: bool = False, lams: bool = False) -> None:
+    """The target's parameters: `--sigma` (token standard deviation), `--lam` (ridge penalty; `lams`: `--lams`,
+    several) and with `A` the positional part `--A`."""
+    if sigma:
+        parser.add_argument("--sigma", type=positive_float, default=0.5, help="token standard deviation")
+    if lams:
+        parser.add_argument("--lams", type=nonnegative_float, nargs="+", default=[0.01, 0.1],
+                            help="ridge penalties lambda")
+    elif lam:
+        parser.add_argument("--lam", type=nonnegative_float, default=0.01, help="ridge penalty lambda")
+    if A:
+        parser.add_argument("--A", type=finite_float, nargs=4, default=[0.6, 0.4, 0.4, 0.6],
+                            metavar=("A11", "A12", "A21", "A22"),
+                            help="the target's positional part A, row by row (target: (1 - omega) softmax + omega "
+                                 "A); any finite entries are accepted: with rows not summing to one the target's "
+                                 "attention rows do not sum to one either")
+
+
+def add_point(parser, *, alpha=..., omega=..., required: bool = False, omega_type=unit_interval) -> None:
+    """One point: `--alpha` (sample complexity, default `alpha`) and `--omega` (positional share, default
+    `omega`); a flag whose default is `...` is left out; `required`: both without a default."""
+    if alpha is not ...:
+        parser.add_argument("--alpha", type=positive_float, default=None if required else alpha, required=required,
+                            help="sample complexity n / d")
+    if omega is not ...:
+        parser.add_argument("--omega", type=omega_type, default=None if required else omega, required=required,
+                            help="positional share of the target")
+
+
+def add_range(parser, name: str, lo: float, hi: float, n: int | None, *, kind=positive_float, what: str = "") -> None:
+    """`--<name>-min`, `--<name>-max`, `--n-<name>`: an evenly spaced grid (`n` None: the preset's count;
+    `phasejax.commands.argtypes.grid_range` builds it and refuses a dropped bound)."""
+    parser.add_argument(f"--{name}-min", type=kind, default=lo, help=f"smallest {name}{what}")
+    parser.add_argument(f"--{name}-max", type=kind, default=hi, help=f"largest {name}")
+    parser.add_argument(f"--n-{name}", type=positive_int, default=n,
+                        help=f"number of {name}s" + (" (default: the preset's)" if n is None else ""))
+
+
+def add_alpha_curve(parser, lo: float, hi: float, *, seeds: str) -> None:
+    """Students along an alpha curve at one omega: `--d`, `--seeds` (help `seeds`), `--omega` (default 0.3) and
+    the alpha grid `--alpha-min` (`lo`), `--alpha-max` (`hi`), `--n-alpha` (the preset's)."""
+    add_sizes(parser, d="one", seeds=seeds)
+    add_point(parser, omega=0.3)
+    add_range(parser, "alpha", lo, hi, None)
+
+
+def add_sizes(parser, *, d: str | None = None, seeds: str | None = "seeds (default: the preset's)",
+              d_type=positive_int) -> None:
+    """The experiment's sizes: `d` `"one"` adds `--d` (one dimension), `"many"` `--ds` (several); `--seeds` (the
+    number of seeds, `0 ... N-1`) with the help text `seeds`. Defaults None: the preset's."""
+    if d == "one":
+        parser.add_argument("--d", type=d_type, default=None, help="dimension (default: the preset's)")
+    elif d == "many":
+        parser.add_argument("--ds", type=d_type, nargs="+", default=None, help="dimensions (default: the preset's)")
+    if seeds:
+        parser.add_argument("--seeds", type=positive_int, default=None, help=f"number of {seeds}")
+
+
+def add_optimizer(parser, *, optimizers=("lbfgs", "gd", "adam"), learning_rate=None, max_steps=None,
+                  gtol: bool = False, learning_rate_help: str | None = None) -> None:
+    """The training loop's flags: `--optimizer` (when `optimizers` has several), `--learning-rate` (default
+    `learning_rate`; `...` adds none), `--max-steps` (the step cap of an optimiser that stops at convergence,
+    default `max_steps`; None: none) and with `gtol` `--gtol`."""
+    if len(optimizers) > 1:
+        parser.add_argument("--optimizer", choices=optimizers, default=optimizers[0], help="the training algorithm")
+    if learning_rate is not ...:
+        parser.add_argument("--learning-rate", type=positive_float, default=learning_rate,
+                            help=learning_rate_help or "the optimiser's step size")
+    if max_steps is not None:
+        parser.add_argument("--max-steps", type=positive_int, default=max_steps, help="optimiser step cap")
+    if gtol:
+        parser.add_argument("--gtol", type=positive_float, default=None,
+                            help="RMS-gradient tolerance (default: 1e-6 in float32, 1e-7 in float64)")
+
+
+def add_steps(parser, *, batch_size: bool = False, help: str = "optimiser steps per run") -> None:
+    """`--steps` (a fixed number of optimiser steps, default the preset's) and with `batch_size` `--batch-size`."""
+    parser.add_argument("--steps", type=positive_int, default=None, help=f"{help} (default: the preset's)")
+    if batch_size:
+        parser.add_argument("--batch-size", type=positive_int, default=None,
+                            help="sequences per step (default: the preset's)")
+
+
+def add_histogram_task(parser, *, T: int) -> None:
+    """The histogram task (`phasejax.tasks.histogram`): `--T` (alphabet size) and `--L` (sequence length)."""
+    parser.add_argument("--T", type=positive_int, default=T, help="alphabet size")
+    parser.add_argument("--L", type=positive_int, default=10, help="sequence length")
+
+
+def add_n_test(parser, default: int) -> None:
+    """`--n-test`: fresh test sequences per run (its accuracy or test error)."""
+    parser.add_argument("--n-test", type=positive_int, default=default, help="fresh test sequences per run")
+
+
+def add_leave_out(parser, parts: dict, *, older: str | None = None) -> None:
+    """A `--no-<part>` switch per `{part: what it leaves out}`; `older`: a prefix whose spelling of the same
+    switches (`--skip-<part>`) is still accepted but not shown."""
+    for part, what in parts.items():
+        names = [f"--no-{part}"] + ([f"--{older}-{part}"] if older else [])
+        action = parser.add_argument(names[0], action="store_true", help=f"leave out {what}", dest=f"no_{part}".replace("-", "_"))
+        if older:
+            parser.add_argument(names[1], action="store_true", dest=action.dest, help=argparse.SUPPRESS)
+
+
+def add_hidden_alias(parser, alias: str, dest: str, **kw) -> None:
+    """An older spelling `alias` of the flag whose value is `dest`: accepted, not shown by `--help`."""
+    parser.add_argument(alias, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kw)
+
+
+def default_out(command: str) -> str:
+    """The default output folder of `command`: `runs/<command>` (hyphens as underscores). The committed
+    `results/` folders are written only when `--out` names them."""
+    return os.path.join("runs", command.replace("-", "_"))
+
+
+def add_output(parser: argparse.ArgumentParser, default, *, help: str | None = None, guard: bool = True) -> None:
+    """`--out` (default `default`: a path, usually `default_out(NAME)`, or a function of the parsed arguments
+    for a default that depends on other flags) and `--overwrite`.
+
+    With `guard` (the default) the command line calls `guard_output` before the command runs: an `--out` folder
+    that holds results of another configuration (or of unknown origin) is refused with one line naming it and
+    the flags to pass, unless `--overwrite`; a folder this configuration created is reused (a killed run resumes).
+    With `--replot` it calls `guard_replot` instead. A command whose `--out` is one file passes `guard=False` and
+    calls `guard_output_file` itself.
+    """
+    parser.add_argument("--out", default=None if callable(default) else default,
+                        help=help or "output folder (created; refused when it holds another configuration's "
+                                     "results unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into --out even when it holds results of another configuration (they are "
+                             "replaced file by file)")
+    if callable(default):
+        parser.set_defaults(_out_default=default)
+    if guard:
+        parser.set_defaults(_guard_output=True)
+
+
+def add_replot(parser: argparse.ArgumentParser, help: str, *, uses=()) -> None:
+    """`--replot`: redo figures and summaries from the files in `--out`, without computing. `uses` names the
+    flags (dests) the replot reads besides `--out` and `--overwrite`; the command line refuses any other flag
+    given with `--replot` (`phasejax.commands._session.refuse_unused`)."""
+    parser.add_argument("--replot", action="store_true", help=help)
+    parser.set_defaults(_replot_uses=tuple(uses))
+
+
+
+def add_sweep(parser, command: str, *, chunk_size: int | None = 16, multi_host: bool = True) -> None:
+    """Where a sweep writes and how it runs: `add_output` (default `default_out(command)`) and
+    `add_run_options`."""
+    add_output(parser, default_out(command))
+    add_run_options(parser, chunk_size=chunk_size, multi_host=multi_host)
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, chunk_size: int | None = 16, multi_host: bool = True,
+                    chunk_help: str = "tasks per compiled call (memory grows with it; the results do not change)"
+                    ) -> None:
+    """The flags of `phasejax.sweep.RunOptions` shared by every sweep command: `--run-dir`, `--chunk-size`,
+    `--host-devices`, `--no-progress`, and with `multi_host` `--process-index`, `--process-count`."""
+    g = parser.add_argument_group("run options (resume, chunking, devices" + (", multi-host)" if multi_host else ")"))
+    g.add_argument("--run-dir", default=None,
+                   help="folder for chunk files and config.json; re-running with the same flags resumes there; "
+                        "default: <out>/run")
+    g.add_argument("--chunk-size", type=positive_int, default=chunk_size, help=chunk_help)
+    g.add_argument("--host-devices", type=positive_int, default=None,
+                   help="simulate this many CPU devices (sets XLA_FLAGS before JAX starts)")
+    if multi_host:
+        g.add_argument("--process-index", type=nonnegative_int, default=0, help="this process (multi-host runs)")
+        g.add_argument("--process-count", type=positive_int, default=1,
+                       help="number of processes (multi-host runs)")
+    add_progress(g)
+
+
+def add_progress(parser) -> None:
+    """`--no-progress`: no progress bars or progress lines (they are drawn only when stderr is a terminal)."""
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bars and lines (they are drawn only when stderr is a terminal)")
+
+
+
+# ----------------------------------------------------------------------------
+# A command's run
+# ----------------------------------------------------------------------------
+
+
+
+def dtype_from(args):
+    import jax.numpy as jnp
+
+    return {"float32": jnp.float32, "float64": jnp.float64}[args.dtype]
+
+
+def pick(args, name: str, preset: dict):
+    """`args.<name>` when given (flags default to None, so an explicit value is never replaced), else the preset's."""
+    value = getattr(args, name)
+    return preset[name] if value is None else value
+
+
+def sub_options(options, name: str):
+    """`options` with `run_dir` extended by `name` (one run directory per sweep of a command)."""
+    return options if options.run_dir is None else options.replace(run_dir=os.path.join(options.run_dir, name))
+
+
+def environment() -> dict:
+    """Where a result was computed: platform, device kind, device count, jax and phasejax versions, command line."""
+    import jax
+
+    from phasejax import __version__
+
+    return dict(platform=jax.default_backend(), device=str(jax.devices()[0].device_kind),
+                n_devices=len(jax.devices()), jax=jax.__version__, phasejax=__version__,
+                command=command_line())
+
+
+def command_line() -> str:
+    """The command line of this process as a user would type it, shell-quoted (`shlex.join`: it can be pasted
+    back into a shell): `phasejax <args>` when run through the `phasejax` entry point or the CLI module, else the
+    program's file name and its arguments (no folder)."""
+    import shlex
+
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    head = "phasejax" if prog in ("phasejax", "cli.py", "__main__.py") else prog
+    return shlex.join([head, *sys.argv[1:]]) if head else shlex.join(sys.argv[1:])
+
+
+FAILED_STATUSES = ("diverged", "invalid_iterate")
+"""Statuses of a run that ended without a result (`phasejax.solvers.Status` names)."""
+
+
+def run_failures(statuses, what: str = "runs", *, hint: str = "") -> str | None:
+    """The exit rule of every command for its iterative runs: a message when a run ended without a result (its
+    status one of `FAILED_STATUSES`: diverged, or an invalid iterate) or when none of them converged; None when
+    the runs are results (a run stopped at its step cap with finite values is one, and its status says so).
+    `statuses`: status codes or names; `hint`: what to change, appended."""
+    import collections
+
+    import numpy as np
+
+    from phasejax.solvers import status_name
+
+    names = [s if isinstance(s, str) else status_name(s) for s in np.asarray(statuses).ravel().tolist()]
+    if not names:
+        return None
+    counts = collections.Counter(names)
+    listed = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    failed = sum(counts[k] for k in FAILED_STATUSES)
+    if failed:
+        return f"{failed} of {len(names)} {what} ended without a result ({listed}){hint}"
+    if counts["converged"] == 0:
+        return f"none of the {len(names)} {what} converged ({listed}){hint}"
+    return None
+
+
+def finish(command: str, problem: str | None) -> int:
+    """Exit code 0, or (after the files are written) the one-line error `problem` and exit code 1."""
+    if problem is None:
+        return 0
+    print(f"phasejax {command}: error: {problem}; every file is written, with each run's status", file=sys.stderr)
+    return 1
+
+
+TRAINING_HINT = "; raise --max-steps, or lower --learning-rate where the runs diverged"
+
+
+def print_paths(paths) -> None:
+    print("wrote:\n  " + "\n  ".join(str(p) for p in paths))
+
+
+def not_finished(options) -> int:
+    print(f"not every chunk is on disk yet (other processes, or --max-chunks); run again to assemble: "
+          f"{options.run_dir}")
+    return 0
