@@ -1,6 +1,7 @@
 """phasejax: phase diagrams of learning mechanisms in small attention models, in JAX.
 
-The package root exposes the main entry points; the subpackages hold the rest:
+The package root exposes the main entry points, their parameter and result types; each subpackage exports its
+own entry points, types and rules, and keeps its helpers in its modules:
 `phasejax.theory` (state evolution of tied attention), `phasejax.phase` (phase diagrams and
 thresholds), `phasejax.empirics` (trained students, GAMP, two-replica experiments),
 `phasejax.dynamics` (online-SGD dynamics), `phasejax.depth` (deep attention, Bayes-optimal),
@@ -29,8 +30,6 @@ _ENTRY_POINTS = {
     "float64_scope": "phasejax.precision",
     "Status": "phasejax.solvers",
     "RunOptions": "phasejax.sweep",
-    "ResultBundle": "phasejax.bundle",
-    "BundleFile": "phasejax.bundle",
     # theory: the state evolution of tied low-rank attention
     "make_params": "phasejax.theory.params",
     "TiedAttentionParams": "phasejax.theory.params",
@@ -48,13 +47,13 @@ _ENTRY_POINTS = {
     "PhaseConfig": "phasejax.phase.diagram",
     "PhaseDiagram": "phasejax.phase.diagram",
     "phase_diagram": "phasejax.phase.diagram",
-    "alpha_c_with_error": "phasejax.phase.thresholds",
-    "alpha_l_with_error": "phasejax.phase.thresholds",
     # experiments
     "TrainingGrid": "phasejax.empirics.sweep",
     "TrainConfig": "phasejax.empirics.training",
+    "TrainingRuns": "phasejax.empirics.sweep",
     "train_students": "phasejax.empirics.sweep",
     "gamp": "phasejax.empirics.gamp",
+    "run_extension": "phasejax.extensions",
 }
 
 __all__ = ["__version__", *_ENTRY_POINTS]

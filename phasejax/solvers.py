@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax._errors import RunError
 from phasejax.progress import tick_batch
 
 Array = jax.Array
@@ -84,6 +85,25 @@ def status_code(name: str) -> int:
         return int(Status[name.upper()])
     except KeyError:
         raise ValueError(f"unknown status {name!r}; known: {sorted(STATUS_NAMES.values())}") from None
+
+
+class SolverError(RunError):
+    """An iterative routine asked to raise on failure (`throw=True`) did not converge."""
+
+
+def raise_unless_converged(status, what: str) -> None:
+    """For `throw=True`: `SolverError` naming `what` and the status (with its message) when any of `status` (a code
+    or an array of codes) is not `CONVERGED`. Needs concrete values: under `jit` or `vmap` pass `throw=False` and
+    read the status instead (`ValueError` otherwise)."""
+    if isinstance(status, jax.core.Tracer):
+        raise ValueError(f"{what}: throw=True needs concrete results; under jit or vmap pass throw=False and read "
+                         "the status")
+    codes = np.asarray(status).ravel()
+    bad = codes[codes != int(Status.CONVERGED)]
+    if bad.size:
+        first = Status(int(bad[0]))
+        raise SolverError(f"{what} did not converge ({bad.size} of {codes.size}: {first.name.lower()}, "
+                          f"{first.message})")
 
 
 class IterativeSolver(Protocol):

@@ -8,7 +8,7 @@ inside the positional subspace (`theta` held at 0) and once with `m` and `theta`
 
     python scripts/general_L_positional_check.py          # about 1 minute on 2 CPU cores
 
-Seen on 2026-11-25: the held solve returns to m = 0.19408, q = 0.10889 (e_t 0.00780); every free solve goes
+Result: the held solve returns to m = 0.19408, q = 0.10889 (e_t 0.00780); every free solve goes
 to the semantic fixed point (m = 0.00025, theta = 0.16956, e_t 0.00652; from theta0 = -0.12 its mirror
 theta = -0.16956). So the SE has no fixed point near
 the students: they sit at finite-d minima next to a fixed point that is unstable out of its subspace, and

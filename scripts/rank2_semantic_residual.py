@@ -11,7 +11,7 @@ the fraction of nodes whose prox did not converge.
     python scripts/rank2_semantic_residual.py            # alpha = 1.3, log2_n = 11, 150 iterations (~3 min)
     python scripts/rank2_semantic_residual.py 1.8 11 150
 
-Seen on 2026-11-25 (alpha = 1.3, log2_n = 11): the solve stops at max_iterations with residual 0.016; the
+Results (alpha = 1.3, log2_n = 11): the solve stops at max_iterations with residual 0.016; the
 residual sits in V0's off-diagonal entry (|V0_12| = 0.39 against V0_ii = 98 and 141) and in V0_22; the two
 modes give residuals 0.18 and 0.016 although only 1 of the 8192 nodes changes its minimiser between them,
 and the trial point one Newton step of size 1e-9 away has residual 0.028 with one node unconverged. A single

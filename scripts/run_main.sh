@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install phasejax into .venv (created if missing) and compute the default phase diagram into results/phase_diagram/.
+# Install phasejax into .venv (created if missing) and compute the main job, the default phase diagram, into
+# runs/phase_diagram/ (about 17 minutes on 2 CPU cores; --out results/phase_diagram --overwrite rewrites the
+# committed one). Extra flags are passed to `phasejax phase-diagram`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv

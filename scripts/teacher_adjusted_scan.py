@@ -10,7 +10,7 @@ Compare with the SE's value (`theory.csv` of the problem).
     python scripts/teacher_adjusted_scan.py second_A 2.0 semantic 800,1600,3200 16     # about 1.5 minutes
     python scripts/teacher_adjusted_scan.py main 1.5 positional 4000 24 0.1            # ridge lambda = 0.1
 
-Seen on 2026-11-25 (second_A, alpha = 2, semantic; SE q = 0.03064, theta = 0.07874): adjusted q 0.02930,
+Results (second_A, alpha = 2, semantic; SE q = 0.03064, theta = 0.07874): adjusted q 0.02930,
 0.03004, 0.03038 and theta 0.07654, 0.07786, 0.07850 at d = 800, 1600, 3200 (gaps -4.4, -2.0, -0.9% and
 -2.8, -1.1, -0.3%). Main problem (SE q = 0.11481, theta = 0.15815): adjusted q -3.0, -0.8, -0.6, +0.1% and
 theta -2.0, -0.5, -0.4, +0.1% at d = 500, 1000, 2000, 4000. Main problem, alpha = 1.5, positional (SE
@@ -27,7 +27,8 @@ import time
 import jax
 import numpy as np
 
-from phasejax.empirics import INITS, sample_count, teacher_adjusted_mean, teacher_norms
+from phasejax.empirics import INITS, sample_count
+from phasejax.empirics.metrics import teacher_adjusted_mean, teacher_norms
 from phasejax.empirics.sweep import train_run
 from phasejax.extensions.second_A import second_A_params
 from phasejax.theory import make_params

@@ -13,9 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One JAX persistent compilation cache per test session, shared by the xdist workers and by the subprocesses the
 # tests start (they inherit the environment): a program already compiled by another process of the session (the
-# default state-evolution solve, say) is loaded instead of compiled again (XLA compilation only; tracing stays). A fresh, empty directory each session: nothing carries over between runs, so a
-# session takes what it takes on a fresh machine. The controller (the first process to import this file)
-# makes it and removes it; PHASEJAX_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR set by the
+# default state-evolution solve, say) is loaded instead of compiled again (XLA compilation only; tracing stays).
+# A fresh, empty directory each session: nothing carries over between runs. The controller (the first process to
+# import this file) makes it and removes it; PHASEJAX_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR set by the
 # user is used as it is.
 _OWN_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("PHASEJAX_TEST_COMPILE_CACHE", "1") != "0":
@@ -23,13 +23,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("PHASEJAX_TE
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 
 
-# XLA's CPU backend compiles the tests' programs at optimization level 1 instead of its default 2: the
-# training programs of the sandbox, empirics and extension tests compile 2-2.5x faster (a vmapped factual-recall
-# sweep: 10.7 -> 4.4 s; tests/tasks/test_counting.py plus tests/extensions/test_value.py: 101 -> 73 s), the
-# state-evolution tests take as long as at level 2 (test_diagram plus test_census: 110 vs 107 s), and results
-# differ from level 2 in the last bits only (a default solve's test error by 4e-14 relative). The commands
-# keep XLA's default. Set before JAX creates its CPU backend (this file is imported before any test module); a
-# level already in XLA_FLAGS is kept; PHASEJAX_TEST_XLA_OPT_LEVEL=2 runs the suite at the production level.
+# XLA's CPU backend compiles the tests' programs at optimization level 1 instead of its default 2: the training
+# programs of the sandbox, empirics and extension tests compile about twice as fast, the state-evolution tests take
+# as long as at level 2, and results differ from level 2 in the last bits only. The commands keep XLA's default.
+# Set before JAX creates its CPU backend (this file is imported before any test module); a level already in
+# XLA_FLAGS is kept; PHASEJAX_TEST_XLA_OPT_LEVEL=2 runs the suite at the production level.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     _level = os.environ.get("PHASEJAX_TEST_XLA_OPT_LEVEL", "1")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_backend_optimization_level={_level}").strip()

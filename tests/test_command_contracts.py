@@ -71,7 +71,7 @@ def _synthetic_runs(alphas, ds, inits, seeds, solution_of):
 
 def test_random_init_replot_recomputes_the_fractions_from_runs_csv(tmp_path):
     """`--replot` reads runs.csv only; the fractions are the counts of each solution per alpha."""
-    from phasejax.empirics import write_runs_csv
+    from phasejax.empirics.sweep import write_runs_csv
     from phasejax.io import read_csv
 
     runs = _synthetic_runs((0.5, 1.0), (20,), (2,), 4, lambda k: (0, 0, 1, 2)[k % 4])   # init 2 = random
@@ -84,7 +84,8 @@ def test_random_init_replot_recomputes_the_fractions_from_runs_csv(tmp_path):
 
 
 def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
-    from phasejax.empirics import teacher_norms, write_runs_csv
+    from phasejax.empirics.metrics import teacher_norms
+    from phasejax.empirics.sweep import write_runs_csv
     from phasejax.io import atomic_write_json, read_csv
 
     runs = _synthetic_runs((1.5,), (10, 40), (0, 1), 5, lambda k: 0)

@@ -36,3 +36,30 @@ def test_the_readme_tour_runs_top_to_bottom(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=3600)
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_the_readme_lists_every_command_with_the_folder_it_writes():
+    """The command table names every command, and where a command's --out has a fixed default, that folder; the
+    README and scripts/run_main.sh agree on where the main job writes and how long it takes."""
+    import argparse
+
+    from phasejax.cli import build_parser
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    table = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            for name in re.findall(r"`([a-z0-9-]+)(?: NAME)?`", line.split("|")[1]):
+                rows[name] = line
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(sub) <= set(rows), sorted(set(sub) - set(rows))
+    for name, parser in sub.items():
+        out = [a.default for a in parser._actions if a.dest == "out"]
+        if out and isinstance(out[0], str):
+            assert out[0].rstrip("/") + "/" in rows[name], (name, out[0])
+        elif not out:
+            assert "stdout" in rows[name], name
+    script = open(os.path.join(ROOT, "scripts", "run_main.sh")).read()
+    for needle in ("runs/phase_diagram/", "17 min"):
+        assert needle in script and needle in text.split("## Example")[0], needle

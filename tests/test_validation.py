@@ -13,20 +13,14 @@ import numpy as np
 import pytest
 
 from phasejax.empirics import (
-    TiedAttention,
-    TrainConfig,
-    TrainingGrid,
-    generate_data,
-    positional_directions,
-    sample_count,
-    train_student,
-    train_students,
+    TiedAttention, TrainConfig, TrainingGrid, generate_data, sample_count, train_student, train_students,
 )
+from phasejax.empirics.data import positional_directions
 from phasejax.phase import PhaseConfig, PhaseGrid
 from phasejax.sweep import RunOptions
-from phasejax.tasks.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid, counting_sweep
-from phasejax.tasks.histogram import HistogramTask
-from phasejax.tasks.transformer import TwoSolutionsConfig, attention_mask, two_solutions
+from phasejax.tasks.histogram.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid, counting_sweep
+from phasejax.tasks.histogram.data import HistogramTask
+from phasejax.tasks.histogram.two_solutions import TwoSolutionsConfig, attention_mask, two_solutions
 from phasejax.theory import (
     MapApproximation,
     SEConfig,

@@ -42,7 +42,7 @@ PRESETS = {
 def _config_name(text: str) -> str:
     import argparse
 
-    from phasejax.tasks.counting import COUNTING_CONFIGS
+    from phasejax.tasks.histogram import COUNTING_CONFIGS
 
     try:
         return COUNTING_CONFIGS[text].name
@@ -94,16 +94,17 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax.io import atomic_write_json, read_json
-    from phasejax.tasks.counting import (
+    from phasejax.tasks.histogram import (
         COUNTING_CONFIGS,
         CountingGrid,
         CountingRuns,
+        HistogramTask,
         construction_accuracy,
         counting_phase_diagrams,
         inventory_counting_params,
         relation_counting_params,
+        sample_sequences,
     )
-    from phasejax.tasks.histogram import HistogramTask, sample_sequences
 
     if args.replot:
         path = os.path.join(args.out, "runs.csv")

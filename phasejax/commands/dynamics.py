@@ -114,10 +114,15 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax import float64_scope
-    from phasejax.dynamics import (MECHANISMS, axis_losses, classify_mechanism, curvature_crossing,
-                                   make_dynamics_params, mechanism_minima, minimum_switch, ode_phase_diagram,
-                                   in_table_range, plateau_curvatures, plateau_rates, population_minimum, rate_crossing,
-                                   sgd_ode_solve, sgd_ode_trajectory, table_terms)
+    from phasejax.dynamics import (
+        MECHANISMS, classify_mechanism, make_dynamics_params, ode_phase_diagram, population_minimum,
+        sgd_ode_solve, sgd_ode_trajectory,
+    )
+    from phasejax.dynamics.diagram import (
+        axis_losses, curvature_crossing, mechanism_minima, minimum_switch, plateau_curvatures, rate_crossing,
+    )
+    from phasejax.dynamics.ode import plateau_rates
+    from phasejax.dynamics.population import in_table_range, table_terms
     from phasejax.io import atomic_write_json, write_csv
 
     if args.replot:

@@ -11,9 +11,8 @@ Two parts (Nichani, Lee, Bietti 2024):
   architectures (heads H, MLP width m, dimension d varied), the facts stored
   N* (recall >= threshold) per parameter count and log-log fits.
 
-Presets: `cpu` (default; about 10 minutes of CPU time, under 15 minutes on a
-quiet 2-core CPU) and `gpu` (20000 steps, 6 seeds, up to 4096 facts, more
-architectures; for one GPU, not run here).
+Presets: `cpu` (default; about 11 minutes on 2 CPU cores) and `gpu` (20000
+steps, 6 seeds, up to 4096 facts, more architectures; for one GPU).
 Writes into --out: curves.csv, recall.csv, capacity.csv, summary.json,
 curves.png, phase_diagram.png, facts_vs_params.png.
 """

@@ -9,7 +9,7 @@ to the token half ("semantic") or the positional half ("positional") of the
 embedding. Phase 2: lift the mask without changing the function, perturb every
 weight with N(0, --noise^2) and keep training all of it with SGD. Every
 (solution, seed) is one entry of a single vmapped, chunked, resumable sweep
-(`phasejax.tasks.transformer.two_solutions`). Writes --out (default
+(`phasejax.tasks.histogram.two_solutions.two_solutions`). Writes --out (default
 runs/histogram/): two_solutions.csv (per run: accuracies, weight movement,
 attention diagnostics), accuracy.csv (mean/min/max per solution and phase),
 attention.npz and attention.png (the same probe sequences under both solutions,
@@ -75,9 +75,8 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax.io import atomic_write_json
-    from phasejax.tasks.histogram import HistogramTask
-    from phasejax.tasks.transformer import (TwoSolutions, TwoSolutionsConfig, two_solutions,
-                                            two_solutions_memory_estimate)
+    from phasejax.tasks.histogram import (HistogramTask, TwoSolutions, TwoSolutionsConfig, two_solutions,
+                                          two_solutions_memory_estimate)
 
     if args.replot:
         flags.print_paths([_plot(TwoSolutions.load(args.out), args.out)])

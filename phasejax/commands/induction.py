@@ -62,15 +62,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from phasejax.tasks.induction import (
-        InductionGrid,
-        InductionModel,
-        InductionResult,
-        InductionTraining,
-        exact_floor_check,
-        induction_summary,
+        InductionGrid, InductionModel, InductionResult, InductionTraining, exact_floor_check, induction_summary,
         induction_sweep,
-        plot_induction_figures,
     )
+    from phasejax.tasks.induction.figures import plot_induction_figures
     from phasejax.io import atomic_write_json
 
     preset = PRESETS[args.preset]

@@ -11,9 +11,9 @@ and integrates the gradient flow of the reduced (rank-one) model.
 Presets:
   cpu (default)  6 x 6 (p, q) grid, 5 seeds, tied and untied, d = 8, N = 32, batch 16,
                  1000 SGD steps (lr 0.5, cosine); reduced model on a 19 x 19 grid.
-                 Under 15 minutes on a quiet 2-core CPU.
+                 About 4 minutes on 2 CPU cores.
   gpu            19 x 19 grid (p, q = 0.05 .. 0.95), 10 seeds, N = 128, batch 64, 4000 steps,
-                 chunk size 512 (not run for this release; see docs/sandboxes/markov.md).
+                 chunk size 512 (see docs/sandboxes/markov.md).
 
 Writes into --out (default runs/markov/): runs.csv, curves.csv, summary.json,
 phase_diagram.png, curves.png, critical_points.csv, critical_spectra.png,
@@ -95,18 +95,10 @@ def run(args) -> int:
 
     from phasejax.io import write_csv
     from phasejax.tasks.markov import (
-        MarkovGrid,
-        MarkovTraining,
-        critical_point_check,
-        markov_memory_estimate,
-        markov_sweep,
-        markov_trace,
-        plot_critical_spectra,
-        plot_markov_curves,
-        plot_markov_phase_diagrams,
-        plot_markov_trace,
-        shortest_float64,
+        MarkovGrid, MarkovTraining, critical_point_check, markov_memory_estimate, markov_sweep, markov_trace,
     )
+    from phasejax.tasks.markov.figures import plot_critical_spectra, plot_markov_curves, plot_markov_phase_diagrams
+    from phasejax.tasks.markov.sweep import plot_markov_trace, shortest_float64
     from phasejax.tasks.markov_reduced import ReducedSettings, plot_reduced_flow, reduced_picture
 
     out = args.out

@@ -46,8 +46,8 @@ def run(args) -> int:
     import numpy as np
 
     from phasejax.precision import dtype_scope
-    from phasejax.tasks.memory import (memory_preset, plot_capacity_fits, plot_phase_diagrams, plot_zipf,
-                                       run_memory_study)
+    from phasejax.tasks.memory import memory_preset, run_memory_study
+    from phasejax.tasks.memory.figures import plot_capacity_fits, plot_phase_diagrams, plot_zipf
 
     t0 = time.time()
     options = run_options_from(args, args.out)

@@ -74,7 +74,8 @@ def fractions(runs: dict, out: str) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from phasejax.empirics import TrainConfig, TrainingGrid, read_runs_csv, train_students
+    from phasejax.empirics import TrainConfig, TrainingGrid, train_students
+    from phasejax.empirics.sweep import read_runs_csv
     from phasejax.io import atomic_write_json
     from phasejax.theory import make_params
 

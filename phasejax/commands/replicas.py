@@ -150,7 +150,7 @@ def state_evolution_values(groups, sigma: float) -> dict:
     return out
 
 
-def summarise(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str]:
+def summarize(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str]:
     """summary.csv, summary.json (with `1 - q12/q` extrapolated to `d -> inf`) and q12_over_q.png."""
     import numpy as np
 
@@ -266,7 +266,7 @@ def run(args) -> int:
         if args.merge:
             pairs = merge_pairs([pairs] + [read_pairs(os.path.join(m, "two_replicas.csv")) for m in args.merge])
             paths.append(write_pairs(pairs, path))
-        flags.print_paths(paths + summarise(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
+        flags.print_paths(paths + summarize(pairs, args.out, se=None if args.no_se else _se(pairs, args.sigma), meta=meta))
         return 0
     preset = PRESETS[args.preset]
     ds, seeds = flags.pick(args, "ds", preset), flags.pick(args, "seeds", preset)
@@ -300,7 +300,7 @@ def run(args) -> int:
                 dtype=args.dtype, n_pairs=int(len(pairs["alpha"])), seconds_pairs=seconds)
     se = None if args.no_se else _se(pairs, args.sigma)
     meta["seconds"] = time.perf_counter() - t0
-    paths += summarise(pairs, args.out, se=se, meta=meta)
+    paths += summarize(pairs, args.out, se=se, meta=meta)
     print(f"{len(pairs['alpha'])} pairs in {seconds:.1f} s ({int(np.sum(pairs['same_branch']))} stayed in their "
           f"branch)")
     flags.print_paths(paths)

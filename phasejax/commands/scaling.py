@@ -39,7 +39,7 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=20)
 
 
-def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
+def summarize(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
     """Per overlap (`m` from the positional init, `theta` from the semantic one) and `d`: mean, standard
     deviation and error over seeds, the distance to the SE value `se[key]`, and the same mean with the
     teacher's norm as control variate (`adj_mean`, `adj_sem`, `abs_dev_adj`;
@@ -47,7 +47,7 @@ def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
     summary.csv and scaling.png into `out` and returns their paths."""
     import numpy as np
 
-    from phasejax.empirics import adjusted_seed_mean
+    from phasejax.empirics.metrics import adjusted_seed_mean
     from phasejax.io import write_csv
     from phasejax.plotting_experiments import plot_finite_size_scaling
 
@@ -79,7 +79,8 @@ def summarise(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from phasejax.empirics import TrainingGrid, read_runs_csv, sample_count, train_students, write_runs_csv
+    from phasejax.empirics import TrainingGrid, sample_count, train_students
+    from phasejax.empirics.sweep import read_runs_csv, write_runs_csv
     from phasejax.io import atomic_write_json, number, read_json
     from phasejax.solvers import status_name
     from phasejax.theory import make_params, result_columns, solve_state_evolution
@@ -90,7 +91,7 @@ def run(args) -> int:
                 raise SystemExit(f"error: --replot needs {os.path.join(args.out, need)}")
         se = {k: number(v) if k in ("m", "m_err", "theta", "theta_err", "alpha", "omega") else v
               for k, v in read_json(os.path.join(args.out, "se.json")).items()}     # null: NaN
-        flags.print_paths(summarise(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
+        flags.print_paths(summarize(read_runs_csv(os.path.join(args.out, "runs.csv")), se, args.out, float(se["alpha"])))
         return 0
     preset = PRESETS[args.preset]
     refuse_duplicates(flags.pick(args, "ds", preset), "--ds")
@@ -123,7 +124,7 @@ def run(args) -> int:
     runs = {k: np.concatenate([p.runs[k] for p in parts]) for k in parts[0].runs}
     paths = [write_runs_csv(runs, os.path.join(args.out, "runs.csv")),
              atomic_write_json(os.path.join(args.out, "se.json"), se)]
-    paths += summarise(runs, se, args.out, args.alpha)
+    paths += summarize(runs, se, args.out, args.alpha)
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(
         preset=args.preset, ds=ds, seeds=seeds, dtype=args.dtype, se_seconds=t_se, train_seconds=t_train,
         training_config_per_d=[p.config for p in parts], **flags.environment())))

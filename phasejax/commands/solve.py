@@ -154,7 +154,8 @@ def point_verdict(row: dict) -> str:
     """`converged`; `absent: ...` where the branch's fixed point lies on its invariant plane (it collapsed onto
     the agnostic fixed point: the branch does not exist there); `unresolved: <status>`. As the phase diagram's
     verdicts (`phasejax.phase.branch_verdicts`)."""
-    from phasejax.phase import COLLAPSE_TOL, ORDER_PARAMETER, PHASE_BRANCHES
+    from phasejax.phase import PHASE_BRANCHES
+    from phasejax.phase.diagram import COLLAPSE_TOL, ORDER_PARAMETER
 
     if not row["converged"]:
         return "unresolved: " + row["status"]

@@ -50,7 +50,7 @@ from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.empirics.data import TiedAttentionData, cast_params, check_data, overlaps_of, standard_normal
 from phasejax.empirics.gamp_analysis import run_verdicts, tail_window
 from phasejax.precision import check_float_dtype, dtype_scope
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import Status, iterate, raise_unless_converged
 from phasejax.theory.gram import GAMPInputs, gram_inputs, sample_loss_gram
 from phasejax.theory.params import TiedAttentionParams, params_are_valid, validate_params
 from phasejax.theory.prox import moreau_prox, prox_omega_jacobian
@@ -295,6 +295,7 @@ def gamp(
     onsager: str = "stein",
     max_norm: float = 1e6,
     f0: Array | None = None,
+    throw: bool = False,
 ) -> GAMPResult:
     """GAMP of the theory notes' section 7 on `data`, from `Q0 (d, r)`, `C0 (r, r)` (positive definite).
 
@@ -314,6 +315,8 @@ def gamp(
     give `INVALID_INPUT`); `max_iter`, `prox_starts`, `onsager` are static.
     `f0 (n, L, r)`: the first Onsager term's `f_prev` (default 0); with
     `f0 = fixed_point_f(Q0, data, params)` a critical point `Q0` of `R` is a fixed point of the map.
+    With `throw` (a concrete call, not under `jit` or `vmap`) a run that did not converge raises
+    `phasejax.solvers.SolverError`, as optimistix's `throw=True`; by default failure is the result's status.
     """
     check_data(data, params)
     validate_params(params)
@@ -343,9 +346,12 @@ def gamp(
     dtype = data.x.dtype
     with dtype_scope(dtype):
         f0 = jnp.zeros((n, L, r), dtype) if f0 is None else jnp.asarray(f0).astype(dtype)
-        return _gamp(data, params, jnp.asarray(Q0).astype(dtype), jnp.asarray(C0).astype(dtype),
-                     jnp.asarray(damping, dtype), jnp.asarray(tol, dtype), jnp.asarray(max_norm, dtype),
-                     max_iter=int(max_iter), prox_starts=prox_starts, onsager=onsager, f0=f0)
+        out = _gamp(data, params, jnp.asarray(Q0).astype(dtype), jnp.asarray(C0).astype(dtype),
+                    jnp.asarray(damping, dtype), jnp.asarray(tol, dtype), jnp.asarray(max_norm, dtype),
+                    max_iter=int(max_iter), prox_starts=prox_starts, onsager=onsager, f0=f0)
+    if throw:
+        raise_unless_converged(out.status, "gamp")
+    return out
 
 
 def weights_at_overlaps(key: Array, data: TiedAttentionData, q0: float, m: float, theta0: float, *,

@@ -155,7 +155,7 @@ def hit_counts(d, hit) -> dict:
     return {str(k): [int(np.sum(hit & (d == k))), int(np.sum(d == k))] for k in _dims(d)}
 
 
-def relative_gaps(q_tail, second_tail, q_se: float, second_se: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def tail_gaps(q_tail, second_tail, q_se: float, second_se: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Relative gaps of tail-averaged overlaps to the SE: `dq = (q - q_se) / q_se`, `d2 = (|s| - |s_se|) / |s_se|`
     for the branch's second overlap `s` (`m` positional, `theta` semantic; its sign is a symmetry) and the
     relative RMS gap `g = sqrt((dq^2 + d2^2) / 2)`; each `(runs,)`."""
@@ -166,14 +166,14 @@ def relative_gaps(q_tail, second_tail, q_se: float, second_se: float) -> tuple[n
 
 def gap_statistics(d, q_tail, second_tail, q_se: float, second_se: float) -> dict:
     """Per dimension (sorted), `{str(d): dict(mean, stderr, q_rel, second_rel, runs)}`: the mean over runs of the
-    relative RMS gap (`relative_gaps`) with its standard error (`s.d. / sqrt(runs)`, `ddof=1`; NaN for one run)
+    relative RMS gap (`tail_gaps`) with its standard error (`s.d. / sqrt(runs)`, `ddof=1`; NaN for one run)
     and the mean signed relative gaps of `q` and of the second overlap."""
     d = np.asarray(d)
     q_tail, second_tail = np.asarray(q_tail, float), np.asarray(second_tail, float)
     out = {}
     for k in _dims(d):
         sel = d == k
-        g, dq, d2 = relative_gaps(q_tail[sel], second_tail[sel], q_se, second_se)
+        g, dq, d2 = tail_gaps(q_tail[sel], second_tail[sel], q_se, second_se)
         n = len(g)
         out[str(k)] = dict(mean=float(np.mean(g)), stderr=float(np.std(g, ddof=1) / np.sqrt(n)) if n > 1
                            else float("nan"), q_rel=float(np.mean(dq)), second_rel=float(np.mean(d2)), runs=n)

@@ -40,11 +40,9 @@ def _gauss_hermite_numpy(dim: int, order: int) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(rule.points), np.asarray(rule.weights)
 
 
-def gauss_hermite_rule(dim: int, order: int, dtype=jnp.float32) -> Quadrature:
-    """`phasejax.theory.gauss_hermite(dim, order)` built in float64 and returned in `dtype`.
-
-    A compile-time constant: safe to call inside `jit`/`vmap` traced in float32.
-    """
+def _gauss_hermite_in(dim: int, order: int, dtype=jnp.float32) -> Quadrature:
+    """`phasejax.theory.gauss_hermite(dim, order)` built in float64 and returned in `dtype`: a compile-time
+    constant, safe inside `jit`/`vmap` traced in float32."""
     points, weights = _gauss_hermite_numpy(int(dim), int(order))
     dtype = check_float_dtype(dtype)
     return Quadrature(points=jnp.asarray(points, dtype), weights=jnp.asarray(weights, dtype))

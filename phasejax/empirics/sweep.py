@@ -42,9 +42,9 @@ from phasejax.empirics.data import (
 )
 from phasejax.empirics.metrics import (
     SOLUTIONS,
+    _gauss_hermite_in,
     classify_solution,
     fresh_test_error,
-    gauss_hermite_rule,
     test_error_from_overlaps,
 )
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
@@ -223,7 +223,7 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
         norm = jnp.sqrt(jnp.maximum(q0[0, 0], jnp.finfo(dtype).tiny))
         cos_m = jnp.abs(m_[0, 0]) / norm
         cos_theta = jnp.abs(theta0[0, 0]) / (norm * jnp.linalg.norm(Qstar[:, 0]) / np.sqrt(d))
-        quadrature = gauss_hermite_rule(params.L * (params.r + params.t), quadrature_order, dtype)
+        quadrature = _gauss_hermite_in(params.L * (params.r + params.t), quadrature_order, dtype)
         theory = (test_error_from_overlaps(q0, m_, theta0, p_, quadrature, rho0=Qstar.T @ Qstar / d)
                   if student == "tied" else nan)
     return dict(n=n, m=m, theta=theta, q=q, train_loss=res.loss / d, test_error=test_error,

@@ -29,7 +29,7 @@ from flax import nnx, struct
 
 from phasejax.empirics.data import TiedAttentionData, check_data
 from phasejax.precision import dtype_scope
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import Status, iterate, raise_unless_converged
 
 Array = jax.Array
 
@@ -169,12 +169,15 @@ class GradientSolver:
         return (~finite) | (gn <= self.gtol), status
 
 
-def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = TrainConfig()) -> TrainResult:
+def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = TrainConfig(), *,
+             throw: bool = False) -> TrainResult:
     """Minimise `loss_fn` from `params0` with the optimiser of `config`, stopped on the gradient norm.
 
     Pure and jittable (`config` static); vmapped over a batch of problems, each
     run freezes at its own stopping step (`phasejax.solvers.iterate`). Computes
     in the dtype of `params0`; `config.gtol=None` picks the tolerance for it.
+    With `throw` (a concrete call, not under `jit` or `vmap`) a run that did not converge raises
+    `phasejax.solvers.SolverError`, as optimistix's `throw=True`; by default failure is the result's status.
     """
     leaves = jax.tree_util.tree_leaves(params0)
     size = sum(x.size for x in leaves)
@@ -182,6 +185,8 @@ def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = 
     solver = GradientSolver(config.optax_optimizer(), config.optimizer == "lbfgs", size, config.tolerance(dtype))
     out = iterate(solver, loss_fn, solver.init(loss_fn, params0), max_steps=config.max_steps, report_progress=True)
     s = out.state
+    if throw:
+        raise_unless_converged(out.status, "minimize")
     return TrainResult(params=s.params, loss=s.loss, grad_norm=_rms(s.grad, size), steps=out.steps, status=out.status,
                        converged=out.status == Status.CONVERGED)
 
@@ -202,8 +207,9 @@ def student_risk(graphdef, weights, x: Array, y: Array, p: Array, mask: Array | 
 
 
 def train_student(model: nnx.Module, data: TiedAttentionData, lam, config: TrainConfig = TrainConfig(),
-                  mask: Array | None = None) -> tuple[nnx.Module, TrainResult]:
-    """Train an `nnx` student on `data` by minimising `R`; returns the trained module and the `TrainResult`.
+                  mask: Array | None = None, *, throw: bool = False) -> tuple[nnx.Module, TrainResult]:
+    """Train an `nnx` student on `data` by minimising `R`; returns the trained module and the `TrainResult`
+    (with `throw`, a run that did not converge raises `phasejax.solvers.SolverError`).
 
     A convenience around `minimize` for one run (checks the data; not vmapped).
     Computes in the dtype of `data` (inside `dtype_scope`, so float64 data
@@ -233,4 +239,6 @@ def train_student(model: nnx.Module, data: TiedAttentionData, lam, config: Train
         lam_d = jnp.asarray(lam_value, dtype)
         loss = jax.jit(lambda w: student_risk(graphdef, w, data.x, data.y, data.p, mask, lam_d))
         res = jax.jit(minimize, static_argnums=(0, 2))(loss, weights, config)
+        if throw:
+            raise_unless_converged(res.status, "train_student")
         return nnx.merge(graphdef, res.params), res

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.extensions._tables import read_table
-from phasejax.phase import alpha_c_with_error, crossing_status, first_downcrossing, root_with_error
+from phasejax.phase import alpha_c_with_error, crossing_status, root_with_error
+from phasejax.phase.thresholds import first_downcrossing
 from phasejax.phase.thresholds import bracket_error
 from phasejax.precision import float64_scope
 

@@ -1,68 +1,25 @@
 """Sandboxes of mechanisms in small transformers, each a phase diagram over data and architecture axes.
 
-* `counting`, `histogram`, `transformer`: the histogram (counting) task, its `(d, p)` phase diagrams, explicit
-  constructions, and the two solutions of one transformer;
+* `histogram`: the histogram (counting) task, its `(d, p)` phase diagrams and explicit constructions
+  (`counting`), and the two solutions of one transformer (`two_solutions`);
 * `markov`, `markov_reduced`: a one-layer transformer on first-order Markov chains (the bad critical point);
 * `induction`: induction heads on in-context Markov chains;
 * `memory`: associative memories and their capacity;
 * `factual`: factual recall, the hallucination plateau and facts per parameter.
 
-The main entry points are re-exported here; every module's full API is under its own name
+Each sandbox's entry point is exported here; its types and rules are exported by its own package
 (`from phasejax.tasks import markov; markov.kernel_params(...)`).
 """
 
-from phasejax.tasks.counting import (
-    COUNTING_CONFIGS,
-    CountingConfig,
-    CountingGrid,
-    CountingRuns,
-    construction_accuracy,
-    counting_config,
-    counting_phase_diagrams,
-    counting_accuracy,
-    counting_logits,
-    counting_run,
-    counting_sweep,
-    init_counting_params,
-    inventory_counting_params,
-    relation_counting_params,
-    train_counting,
-)
-from phasejax.tasks.histogram import (
-    IGNORE,
-    HistogramTask,
-    all_sequences,
-    histogram_labels,
-    masked_accuracy,
-    masked_cross_entropy,
-    model_inputs,
-    sample_batch,
-    sample_sequences,
-)
-from phasejax.tasks.transformer import (  # noqa: E402
-    HistogramTransformer,
-    TwoSolutions,
-    TwoSolutionsConfig,
-    attention_mask,
-    make_transformer,
-    two_solutions,
-)
-from phasejax.tasks import factual, induction, markov, markov_reduced, memory  # noqa: E402
-from phasejax.tasks.factual import FactualGrid, FactualTask, FactualTraining, factual_sweep
-from phasejax.tasks.induction import InductionGrid, InductionModel, InductionTraining, induction_sweep
-from phasejax.tasks.markov import MarkovGrid, MarkovSweep, MarkovTraining, markov_sweep
-from phasejax.tasks.memory import CapacityGrid, ZipfGrid, capacity_sweep, zipf_sweep
+from phasejax.tasks import factual, histogram, induction, markov, markov_reduced, memory
+from phasejax.tasks.factual import factual_experiment
+from phasejax.tasks.histogram import HistogramTask, counting_phase_diagrams, two_solutions
+from phasejax.tasks.induction import induction_sweep
+from phasejax.tasks.markov import markov_sweep
+from phasejax.tasks.memory import run_memory_study
 
 __all__ = [
-    "factual", "induction", "markov", "markov_reduced", "memory",
-    "FactualGrid", "FactualTask", "FactualTraining", "factual_sweep",
-    "InductionGrid", "InductionModel", "InductionTraining", "induction_sweep",
-    "MarkovGrid", "MarkovSweep", "MarkovTraining", "markov_sweep",
-    "CapacityGrid", "ZipfGrid", "capacity_sweep", "zipf_sweep",
-    "COUNTING_CONFIGS", "IGNORE", "CountingConfig", "CountingGrid", "CountingRuns", "HistogramTask",
-    "construction_accuracy", "counting_config", "counting_phase_diagrams", "HistogramTransformer", "TwoSolutions",
-    "TwoSolutionsConfig", "attention_mask", "make_transformer", "two_solutions", "all_sequences",
-    "counting_accuracy", "counting_logits", "counting_run", "counting_sweep", "histogram_labels",
-    "init_counting_params", "inventory_counting_params", "masked_accuracy", "masked_cross_entropy", "model_inputs",
-    "relation_counting_params", "sample_batch", "sample_sequences", "train_counting",
+    "factual", "histogram", "induction", "markov", "markov_reduced", "memory",
+    "HistogramTask", "counting_phase_diagrams", "two_solutions", "markov_sweep", "induction_sweep",
+    "factual_experiment", "run_memory_study",
 ]

@@ -49,7 +49,7 @@ from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.precision import check_float_dtype
 from phasejax.solvers import Status
 from phasejax.tasks._common import F32, Array
-from phasejax.tasks.markov import check_positive_int, check_probability, entropy_rate, stationary_entropy
+from phasejax.tasks.markov.data import check_positive_int, check_probability, entropy_rate, stationary_entropy
 from phasejax.tasks.markov.model import _log_odds
 
 
@@ -360,7 +360,7 @@ def reduced_picture(settings: ReducedSettings = ReducedSettings(), *, pq_values=
     small inits, escape curves along `p = q`, and Adam vs gradient descent at `high`."""
     import optax
 
-    from phasejax.tasks.markov import reference_losses, shortest_float64
+    from phasejax.tasks.markov.sweep import reference_losses, shortest_float64
 
     pq = np.round(np.arange(0.05, 0.951, 0.05), 2) if pq_values is None else np.asarray(pq_values, np.float64)
     P, Q, T, S = np.meshgrid(pq, pq, [1, 0], np.arange(seeds), indexing="ij")

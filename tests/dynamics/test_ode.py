@@ -8,20 +8,10 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.dynamics import (
-    MECHANISMS,
-    build_population_table,
-    escape_time_estimate,
-    in_table_range,
-    make_dynamics_params,
-    online_sgd,
-    plateau_rates,
-    population_terms,
-    quadrature_rule,
-    sgd_drift,
-    sgd_ode_solve,
-    sgd_ode_trajectory,
-    spherical_gradient,
+    MECHANISMS, build_population_table, make_dynamics_params, online_sgd, sgd_ode_solve, sgd_ode_trajectory,
 )
+from phasejax.dynamics.ode import escape_time_estimate, plateau_rates, sgd_drift
+from phasejax.dynamics.population import in_table_range, population_terms, quadrature_rule, spherical_gradient
 from phasejax.solvers import Status
 
 

@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 
 from phasejax import float64_scope
-from phasejax.dynamics import (
-    make_dynamics_params,
-    population_loss,
-    population_loss_with_error,
-    population_terms,
-    quadrature_rule,
-    sample_loss,
-    spherical_gradient,
-    table_terms,
+from phasejax.dynamics import make_dynamics_params, population_loss
+from phasejax.dynamics.population import (
+    population_loss_with_error, population_terms, quadrature_rule, sample_loss, spherical_gradient, table_terms,
 )
 
 

@@ -9,15 +9,10 @@ import numpy as np
 import pytest
 
 from phasejax import float64_scope
-from phasejax.dynamics import (
-    MECHANISMS,
-    classify_mechanism,
-    gradient_flow_drift,
-    initial_weights,
-    make_dynamics_params,
-    online_sgd,
-    table_terms,
-)
+from phasejax.dynamics import MECHANISMS, classify_mechanism, make_dynamics_params, online_sgd
+from phasejax.dynamics.ode import gradient_flow_drift
+from phasejax.dynamics.population import table_terms
+from phasejax.dynamics.sgd import initial_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -258,3 +258,17 @@ def test_replicon_is_the_growth_rate_of_gamp_perturbations():
             ratios.append(float(jnp.sum(project(dQ1) ** 2) / jnp.sum(dQ**2)))
     assert float(R.jump) < 1e-8 and float(R.value) < 1
     assert np.mean(ratios) == pytest.approx(float(R.value), rel=0.2)
+
+
+def test_throw_raises_when_gamp_does_not_converge():
+    """`throw=True` (as optimistix's): a run that stops without converging raises; by default it is a status."""
+    from phasejax.solvers import SolverError
+
+    data = generate_data(jax.random.PRNGKey(0), PAPER, 10, 20)
+    args = (data, PAPER, jnp.ones((10, 1)), jnp.array([[50.0]]))
+    res = gamp(*args, max_iter=2)
+    assert int(res.status) == Status.MAX_ITERATIONS
+    with pytest.raises(SolverError, match="gamp did not converge.*max_iterations"):
+        gamp(*args, max_iter=2, throw=True)
+    with pytest.raises(ValueError, match="throw=True needs concrete results"):
+        jax.jit(lambda q: gamp(data, PAPER, q, jnp.array([[50.0]]), max_iter=2, throw=True).Q)(jnp.ones((10, 1)))

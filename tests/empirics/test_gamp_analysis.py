@@ -14,7 +14,7 @@ from phasejax.empirics.gamp_analysis import (
     hit_counts,
     plot_gamp_sweep,
     power_law_fit,
-    relative_gaps,
+    tail_gaps,
     run_verdicts,
     se_references,
     summarize_gamp_sweep,
@@ -79,7 +79,7 @@ def test_gap_statistics_of_known_gaps():
     q_se, th_se = 0.1, -0.2
     q_tail = np.array([0.11, 0.13, 0.1])
     th_tail = np.array([0.18, -0.14, -0.2])
-    g, dq, d2 = relative_gaps(q_tail, th_tail, q_se, th_se)
+    g, dq, d2 = tail_gaps(q_tail, th_tail, q_se, th_se)
     np.testing.assert_allclose(g, [0.1, 0.3, 0.0], atol=1e-14)
     np.testing.assert_allclose(dq, [0.1, 0.3, 0.0], atol=1e-14)
     np.testing.assert_allclose(d2, [-0.1, -0.3, 0.0], atol=1e-14)

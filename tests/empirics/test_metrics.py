@@ -5,14 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasejax.empirics import (
-    adjusted_seed_mean,
-    generate_data,
-    run_keys,
-    teacher_adjusted_mean,
-    teacher_norm,
-    teacher_norms,
-)
+from phasejax.empirics import generate_data
+from phasejax.empirics.data import run_keys, teacher_norm
+from phasejax.empirics.metrics import adjusted_seed_mean, teacher_adjusted_mean, teacher_norms
 from phasejax.theory import make_params
 
 

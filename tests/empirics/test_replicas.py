@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from phasejax import float64_scope
-from phasejax.empirics import generate_data, run_keys, sample_count
+from phasejax.empirics import generate_data, sample_count
+from phasejax.empirics.data import run_keys
 from phasejax.empirics.replicas import (
     PAIR_COLUMNS,
     REPLICA_BRANCHES,
@@ -181,9 +182,9 @@ def test_undefined_overlap_ratios_are_dropped_and_counted(tmp_path, capsys):
         np.mean([0, 1, 4]))
     assert s["long_run_q12_over_q"][0] == pytest.approx(np.mean([0.9, 0.5]))   # pair 2 has no continuation ratio
     # the command reports the counts: printed and in summary.json
-    from phasejax.commands.replicas import summarise
+    from phasejax.commands.replicas import summarize
 
-    summarise(pairs, str(tmp_path), se=None, meta={})
+    summarize(pairs, str(tmp_path), se=None, meta={})
     printed = capsys.readouterr().out
     assert "dropped 2 with q12 / q undefined" in printed and "1 more" in printed
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -8,30 +8,19 @@ import pytest
 from flax import nnx
 
 from phasejax.empirics import (
-    LinearPositional,
-    TiedAttention,
-    TrainConfig,
-    TrainingGrid,
-    TrainingRuns,
-    UntiedAttention,
-    gauss_hermite_rule,
-    generate_data,
-    minimize,
-    overlaps_of,
-    run_keys,
-    semantic_init,
-    student_risk,
-    test_error_from_overlaps,
-    train_run,
-    train_student,
-    train_students,
+    LinearPositional, TiedAttention, TrainConfig, TrainingGrid, TrainingRuns, UntiedAttention,
+    generate_data, minimize, semantic_init, train_student, train_students,
 )
+from phasejax.empirics.data import overlaps_of, run_keys
+from phasejax.empirics.metrics import test_error_from_overlaps
+from phasejax.empirics.sweep import train_run
+from phasejax.empirics.training import student_risk
 from phasejax.empirics.data import sample_tokens, teacher_labels
 from phasejax.empirics.sweep import make_run_fn
 from phasejax.precision import float64_scope, x64_enabled
 from phasejax.solvers import Status
 from phasejax.sweep import RunOptions
-from phasejax.theory import make_params
+from phasejax.theory import gauss_hermite, make_params
 from phasejax.theory.baselines import linear_baseline_error, linear_baseline_weights
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.gram import gram_inputs, gram_risk
@@ -138,7 +127,7 @@ def test_overlap_test_error_matches_fresh_samples():
     Q = 0.4 * data.Qstar + 0.3 * np.sqrt(d) * data.u.T + 0.2 * jax.random.normal(jax.random.PRNGKey(5), (d, 1))
     fresh, sem = _mean_and_standard_error(jnp.mean((data.y - TiedAttention(Q)(data.x, data.p)) ** 2, axis=(1, 2)))
     ov = overlaps_of(Q, data)
-    pred = float(test_error_from_overlaps(ov["q0"], ov["m"], ov["theta0"], PAPER, gauss_hermite_rule(4, 12),
+    pred = float(test_error_from_overlaps(ov["q0"], ov["m"], ov["theta0"], PAPER, gauss_hermite(4, 12),
                                           rho0=data.Qstar.T @ data.Qstar / d))
     assert abs(fresh - pred) <= 4 * sem + 2 * pred / d, (fresh, sem, pred)
 
@@ -325,7 +314,7 @@ def test_two_targets_with_the_same_name_never_share_a_run_directory(tmp_path):
 def test_informed_branches_approach_the_state_evolution_as_d_grows():
     """Seed-averaged overlaps at d = 100 and d = 400 vs the SE fixed points of section 4."""
     dev = {}
-    quad = gauss_hermite_rule(4, 8)
+    quad = gauss_hermite(4, 8)
     for d in (100, 400):
         runs = train_students(TrainingGrid(alphas=(2.0,), omegas=(0.3,), seeds=tuple(range(8)), d=d), PAPER,
                               options=RunOptions(chunk_size=16, **QUIET)).runs
@@ -391,3 +380,18 @@ def test_classify_solution_codes():
     cos_theta = jnp.array([0.1, 0.94, 0.2, 0.7])
     codes = [SOLUTIONS[int(c)] for c in classify_solution(cos_m, cos_theta)]
     assert codes == ["positional", "semantic", "neither", "semantic"]
+
+
+def test_throw_raises_when_training_does_not_converge():
+    from phasejax.solvers import SolverError
+
+    capped = TrainConfig("gd", learning_rate=0.01, max_steps=3)
+    assert int(minimize(lambda w: jnp.sum(w**2), jnp.ones(3), capped).status) == Status.MAX_ITERATIONS
+    with pytest.raises(SolverError, match="minimize did not converge.*max_iterations"):
+        minimize(lambda w: jnp.sum(w**2), jnp.ones(3), capped, throw=True)
+    done = minimize(lambda w: jnp.sum(w**2), jnp.ones(3), TrainConfig("lbfgs"), throw=True)
+    assert bool(done.converged)
+    params = make_params(1.0, 0.3)
+    data = generate_data(jax.random.PRNGKey(0), params, d=20, n=20)
+    with pytest.raises(SolverError, match="train_student did not converge"):
+        train_student(TiedAttention(semantic_init(data.Qstar, 1)), data, params.lam, capped, throw=True)

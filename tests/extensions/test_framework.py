@@ -16,7 +16,6 @@ from phasejax.extensions._thresholds import (
     branch_thresholds, empirical_alpha_c, mark_global_minimum, paired_gap, resolved_rows, tied_thresholds,
 
     with_tied_thresholds,
-
 )
 from phasejax.extensions.rank2 import rank2_params
 from phasejax.precision import float64_scope
@@ -106,7 +105,7 @@ def test_a_stalled_solve_counts_only_within_its_uncertainty():
 def test_agreement_adjusts_for_each_seeds_teacher():
     """Runs whose `q` is exactly `0.1 rho(seed, d)` and whose theory row says 0.1: the adjusted mean is the
     theory with no error, the plain mean is not; `attach_theory` fills the requested keys by `(alpha, init)`."""
-    from phasejax.empirics import teacher_norms
+    from phasejax.empirics.metrics import teacher_norms
 
     seeds = np.arange(5)
     runs = dict(alpha=np.full(5, 1.3), omega=np.full(5, 0.3), init=np.full(5, "semantic"), d=np.full(5, 60),

@@ -89,7 +89,7 @@ def test_attach_theory_matches_branch_and_point_and_gaps_are_relative():
 def test_teacher_adjusted_gaps_remove_the_draw_of_each_seeds_teacher():
     """Runs whose overlap is exactly `0.2 rho(seed, d)` (the teacher norm of their seed): the adjusted mean is
     0.2 with no error, at every d, while the plain mean carries the draw; `by` without `d` is refused."""
-    from phasejax.empirics import teacher_norm
+    from phasejax.empirics.data import teacher_norm
 
     seeds, ds = np.arange(6), (40, 90)   # 6 >= MIN_ADJUSTED_SEEDS
     runs = {k: [] for k in ("d", "se_branch", "alpha", "omega", "seed", "q", "q_se")}

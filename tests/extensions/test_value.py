@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from phasejax.empirics import TiedAttention, TrainConfig, generate_data, run_keys, semantic_init
+from phasejax.empirics import TiedAttention, TrainConfig, generate_data, semantic_init
+from phasejax.empirics.data import run_keys
 from phasejax.empirics.sweep import train_run
 from phasejax.extensions.value import (
     MODELS,
@@ -52,7 +53,7 @@ def test_value_map_is_the_dense_low_rank_correction_and_gate_zero_is_the_tied_mo
     g = jax.jit(jax.grad(lambda w: value_risk(graphdef, w, 0.0, data.x, data.y, data.p, mask, float(params.lam))))(w)
     assert float(jnp.max(jnp.abs(g["Wa"][...]))) == 0.0 and float(jnp.max(jnp.abs(g["Wb"][...]))) == 0.0
     tg, tw = nnx.split(tied, nnx.Param)
-    from phasejax.empirics import student_risk
+    from phasejax.empirics.training import student_risk
 
     g_tied = jax.jit(jax.grad(lambda w: student_risk(tg, w, data.x, data.y, data.p, mask, float(params.lam))))(tw)
     np.testing.assert_allclose(g["Q"][...], g_tied["Q"][...], rtol=1e-5, atol=1e-6)

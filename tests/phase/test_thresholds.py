@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
-from phasejax.phase import alpha_c, alpha_c_with_error, alpha_l, crossing_status, first_downcrossing, first_upcrossing
+from phasejax.phase import alpha_c_with_error, crossing_status
+
+from phasejax.phase.thresholds import alpha_c, alpha_l, first_downcrossing, first_upcrossing
 from phasejax.phase.thresholds import root_with_error
 
 

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from phasejax.phase import PHASE_BRANCHES, PhaseGrid, branch_verdicts, collapse_point, point_verdicts
+from phasejax.phase import PHASE_BRANCHES, PhaseGrid, branch_verdicts
+from phasejax.phase.diagram import collapse_point, point_verdicts
 from phasejax.solvers import Status
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from phasejax.precision import float64_scope, x64_enabled
 from phasejax.sweep import RunOptions
-from phasejax.tasks.counting import (
+from phasejax.tasks.histogram.counting import (
     COUNTING_CONFIGS,
     CountingConfig,
     CountingGrid,
@@ -26,7 +26,7 @@ from phasejax.tasks.counting import (
     train_counting,
     unpad,
 )
-from phasejax.tasks.histogram import (
+from phasejax.tasks.histogram.data import (
     IGNORE,
     HistogramTask,
     all_sequences,

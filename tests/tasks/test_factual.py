@@ -9,33 +9,15 @@ import pytest
 
 from phasejax.sweep import RunOptions
 from phasejax.tasks.factual import (
-    FactualGrid,
-    FactualResult,
-    FactualTask,
-    FactualTraining,
-    attention_memory_params,
-    capacity_fits,
-    curve_steps,
-    factual_embeddings,
-    factual_experiment,
-    factual_logits,
-    factual_result,
-    factual_run,
-    factual_sweep,
-    find_plateau,
-    fit_log_log,
-    init_factual_params,
-    mlp_memory_params,
-    factual_parameter_count,
-    recall_accuracy,
-    recall_capacity,
-    relation_only_entropy,
-    relation_only_log_probs,
-    relation_only_loss,
-    sample_factual_batch,
-    sample_facts,
-    train_factual,
+    FactualGrid, FactualResult, FactualTask, FactualTraining, capacity_fits, factual_experiment, factual_run,
+    factual_sweep, factual_parameter_count, recall_capacity, relation_only_entropy,
 )
+from phasejax.tasks.factual.data import relation_only_log_probs, relation_only_loss, sample_factual_batch, sample_facts
+from phasejax.tasks.factual.model import (
+    attention_memory_params, factual_embeddings, factual_logits, init_factual_params, mlp_memory_params,
+)
+from phasejax.tasks.factual.result import factual_result, find_plateau, fit_log_log
+from phasejax.tasks.factual.train import curve_steps, recall_accuracy, train_factual
 
 KEY = jax.random.PRNGKey(0)
 

@@ -11,42 +11,22 @@ import pytest
 
 from phasejax.sweep import RunOptions
 from phasejax.tasks.induction import (
-    RUN_COLUMNS,
-    InductionGrid,
-    InductionModel,
-    InductionResult,
-    InductionTraining,
-    batch_loss,
-    bayes_predictive,
-    coordinate_ids,
-    evaluation_chains,
-    exact_floor_check,
-    hard_cross_entropy,
-    induction_attention,
-    induction_forward,
-    induction_head_params,
-    induction_reference_table,
-    induction_references,
-    induction_run,
-    induction_summary,
-    induction_sweep,
-    init_induction_params,
-    plot_induction_figures,
-    plot_prev_token_by_position,
-    previous_token_attention,
-    record_steps,
-    reference_losses,
-    sample_batch,
-    sample_chain,
-    sample_sequence,
-    sample_transition_matrix,
-    soft_cross_entropy,
-    stationary_distribution,
-    stationary_start_predictive,
-    transition_counts,
-    unigram_predictive,
-    unpad_params,
+    RUN_COLUMNS, InductionGrid, InductionModel, InductionResult, InductionTraining, bayes_predictive,
+    exact_floor_check, induction_references, induction_run, induction_summary, induction_sweep,
 )
+from phasejax.tasks.induction.data import (
+    hard_cross_entropy, sample_batch, sample_chain, sample_sequence, sample_transition_matrix, soft_cross_entropy,
+    stationary_distribution, transition_counts, unigram_predictive,
+)
+from phasejax.tasks.induction.figures import plot_induction_figures, plot_prev_token_by_position
+from phasejax.tasks.induction.model import (
+    batch_loss, coordinate_ids, induction_attention, induction_forward, induction_head_params,
+    init_induction_params, previous_token_attention, unpad_params,
+)
+from phasejax.tasks.induction.references import (
+    evaluation_chains, induction_reference_table, reference_losses, stationary_start_predictive,
+)
+from phasejax.tasks.induction.train import record_steps
 from phasejax.tasks.induction.references import _evaluation_set
 from phasejax.tasks.induction.train import _block_means
 

@@ -14,30 +14,16 @@ from phasejax.precision import float64_scope
 from phasejax.solvers import Status
 from phasejax.sweep import RunOptions
 from phasejax.tasks.markov import (
-    MarkovGrid,
-    MarkovSweep,
-    MarkovTraining,
-    all_chains,
-    bad_critical_point,
-    chain_probabilities,
-    critical_point_check,
-    entropy_rate,
-    estimate_population_loss,
-    init_markov_params,
-    kernel_params,
-    markov_logits,
-    markov_loss,
-    markov_optimizer,
-    markov_run,
-    markov_sweep,
-    next_token_losses,
-    population_loss,
-    reference_losses,
-    sample_chains,
-    stationary_direction_curvature,
-    stationary_entropy,
-    stationary_law,
+    MarkovGrid, MarkovSweep, MarkovTraining, bad_critical_point, critical_point_check, entropy_rate, kernel_params,
+    markov_run, markov_sweep, stationary_entropy,
 )
+from phasejax.tasks.markov.critical import stationary_direction_curvature
+from phasejax.tasks.markov.data import all_chains, chain_probabilities, sample_chains, stationary_law
+from phasejax.tasks.markov.model import (
+    init_markov_params, markov_logits, markov_loss, next_token_losses, population_loss,
+)
+from phasejax.tasks.markov.sweep import reference_losses
+from phasejax.tasks.markov.train import estimate_population_loss, markov_optimizer
 from phasejax.tasks.markov_reduced import (
     ReducedSettings,
     embed_reduced,

@@ -8,43 +8,19 @@ import pytest
 from phasejax.solvers import Status
 from phasejax.sweep import RunOptions
 from phasejax.tasks.memory import (
-    ABOVE_GRID,
-    BELOW_GRID,
-    BRACKETED,
-    CapacityGrid,
-    MemoryResult,
-    MemoryShape,
-    SweepSpec,
-    ZipfGrid,
-    bootstrap_exponents,
-    capacity_from_recall,
-    capacity_sweep,
-    check_sizes,
-    crosstalk_variances,
-    factored_scores,
-    fit_power_law,
-    geometric_ints,
-    linear_features,
-    memory_matrix,
-    memory_run,
-    mlp_features,
-    one_step_memory,
-    one_step_rows,
-    orthonormal_problem,
-    output_scores,
-    padded_size,
-    population_loss,
-    predicted_capacity,
-    predicted_recall,
-    predicted_recall_given_map,
-    recall,
-    run_memory_study,
-    sample_problem,
-    train_mlp,
-    zipf_fits,
-    zipf_sweep,
-    zipf_tail,
+    CapacityGrid, MemoryResult, SweepSpec, ZipfGrid, capacity_sweep, fit_power_law, predicted_capacity,
+    run_memory_study, zipf_sweep,
 )
+from phasejax.tasks.memory.capacity import (
+    ABOVE_GRID, BELOW_GRID, BRACKETED, bootstrap_exponents, capacity_from_recall, crosstalk_variances, predicted_recall, predicted_recall_given_map,
+)
+from phasejax.tasks.memory.data import MemoryShape, check_sizes, orthonormal_problem, sample_problem
+from phasejax.tasks.memory.model import (
+    factored_scores, linear_features, memory_matrix, one_step_memory, one_step_rows, output_scores, population_loss,
+    recall,
+)
+from phasejax.tasks.memory.sweep import geometric_ints, padded_size, zipf_fits, zipf_tail
+from phasejax.tasks.memory.train import memory_run, mlp_features, train_mlp
 
 QUIET = dict(progress=False)
 
@@ -98,7 +74,7 @@ def test_padding_does_not_change_the_trained_memories():
     big = jax.jit(lambda k, prob: train_mlp(k, prob, d, m, 8, steps=40))(key, pr)
     ref = jax.tree_util.tree_map(lambda a: a[:m, :d], big.params)
     # the unpadded run starts from the top-left slice of the padded init
-    from phasejax.tasks.memory import init_mlp, train_memory
+    from phasejax.tasks.memory.train import init_mlp, train_memory
     p0 = jax.tree_util.tree_map(lambda a: a[:m, :d], init_mlp(key, d, m, 8, 8))
     small_mlp = jax.jit(lambda p0, prob: train_memory(lambda prm, pb: mlp_features(prm, pb, m), p0, prob, steps=40,
                                                       learning_rate=0.02))(p0, small)
@@ -428,7 +404,7 @@ def test_zipf_errors_follow_the_closed_form():
 def test_trained_linear_capacity_grows_like_d_squared_for_injective_maps():
     grid = CapacityGrid(ds=(8, 16, 24), Ns=geometric_ints(2, 400, 6), seeds=(0, 1, 2), window=(0.08, 0.45, 2.0))
     t = capacity_sweep("linear", grid, steps=300, learning_rate=0.1, options=RunOptions(**QUIET))
-    from phasejax.tasks.memory import capacity_fit
+    from phasejax.tasks.memory.sweep import capacity_fit
 
     fit = capacity_fit(t, "linear", "M=N", n_boot=300)
     assert 1.5 < fit["exponent"] < 2.1

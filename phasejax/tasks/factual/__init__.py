@@ -28,7 +28,7 @@ function of the token id only: scores are computed once per vocabulary entry
 and gathered, and the values as `W_V` applied to the attended mixture of the
 (frozen) embeddings (the same numbers as per position, cheaper).
 
-Padding (as in `phasejax.tasks.counting`): parameters are allocated at
+Padding (as in `phasejax.tasks.histogram.counting`): parameters are allocated at
 `(d_max, m_max, H_max)` and the first `d` embedding dimensions, `m` hidden
 units and `H` heads are used; the rest is multiplied by 0, gets zero gradient
 and Adam never moves it. Subjects are padded the same way: a task allocates
@@ -54,38 +54,20 @@ Example (a few seconds on a CPU):
   ['accuracy', 'curve_accuracy', 'curve_loss']
 """
 
-from phasejax.tasks.factual.data import (
-    MODEL_KINDS, model_kind, FactualTask, sample_facts, FactualBatch, factual_sequences, sample_factual_batch,
-    relation_only_log_probs, relation_only_loss, relation_only_entropy,
-)
-from phasejax.tasks.factual.model import (
-    factual_parameter_count, factual_embeddings, init_factual_params, attention_scores, attention_weights,
-    factual_logits, attention_memory_params, mlp_memory_params,
-)
-from phasejax.tasks.factual.train import (
-    factual_metrics, OPTIMIZERS, FactualTraining, curve_windows, curve_steps, window_means, train_factual,
-    recall_accuracy, factual_run,
-)
-from phasejax.tasks.factual.sweep import (
-    FactualGrid, factual_sweep,
-)
+from phasejax.tasks.factual.data import FactualTask, relation_only_entropy
+from phasejax.tasks.factual.model import factual_parameter_count
 from phasejax.tasks.factual.result import (
-    Plateau, find_plateau, CENSORING, recall_capacity, capacity_table, fit_log_log, capacity_fits, RUN_COLUMNS,
-    CURVE_COLUMNS, CAPACITY_COLUMNS, DEFAULT_FAMILIES, FactualResult, json_ready, plateau_summary,
-    factual_experiment, factual_result,
+    DEFAULT_FAMILIES,
+    FactualResult,
+    capacity_fits,
+    factual_experiment,
+    recall_capacity,
 )
-from phasejax.tasks.factual.figures import (
-    plot_learning_curves, plot_recall_phase_diagram, plot_facts_vs_params,
-)
+from phasejax.tasks.factual.sweep import FactualGrid, factual_sweep
+from phasejax.tasks.factual.train import FactualTraining, factual_run
 
 __all__ = [
-    "MODEL_KINDS", "model_kind", "FactualTask", "sample_facts", "FactualBatch", "factual_sequences",
-    "sample_factual_batch", "relation_only_log_probs", "relation_only_loss", "relation_only_entropy",
-    "factual_parameter_count", "factual_embeddings", "init_factual_params", "attention_scores", "attention_weights",
-    "factual_logits", "attention_memory_params", "mlp_memory_params", "factual_metrics", "OPTIMIZERS",
-    "FactualTraining", "curve_windows", "curve_steps", "window_means", "train_factual", "recall_accuracy",
-    "factual_run", "FactualGrid", "factual_sweep", "Plateau", "find_plateau", "CENSORING", "recall_capacity",
-    "capacity_table", "fit_log_log", "capacity_fits", "RUN_COLUMNS", "CURVE_COLUMNS", "CAPACITY_COLUMNS",
-    "DEFAULT_FAMILIES", "FactualResult", "json_ready", "plateau_summary", "factual_experiment", "factual_result",
-    "plot_learning_curves", "plot_recall_phase_diagram", "plot_facts_vs_params",
+    "factual_experiment", "factual_sweep", "factual_run", "FactualTask", "FactualTraining", "FactualGrid",
+    "FactualResult", "DEFAULT_FAMILIES", "recall_capacity", "capacity_fits", "relation_only_entropy",
+    "factual_parameter_count",
 ]

@@ -60,43 +60,14 @@ runs of the same `(S, T, beta)`; `induction_sweep` runs a grid through
 sweep per `(model, layers, T)`), and returns an `InductionResult`.
 """
 
-from phasejax.tasks.induction.data import (
-    state_mask, sample_transition_matrix, stationary_distribution, sample_chain, sample_sequence, sample_batch,
-    next_token_laws, transition_counts, bayes_predictive, unigram_predictive, soft_cross_entropy, hard_cross_entropy,
-)
-from phasejax.tasks.induction.references import (
-    UNIGRAM_ALPHAS, reference_losses, induction_references, stationary_start_predictive, evaluation_chains,
-    evaluation_references, stationary_start_gap, induction_reference_table,
-)
-from phasejax.tasks.induction.model import (
-    KINDS, READOUTS, InductionModel, coordinate_ids, init_induction_params, unpad_params, disentangled_forward,
-    standard_forward, induction_forward, induction_head_params, previous_token_attention, induction_attention,
-    batch_loss,
-)
-from phasejax.tasks.induction.train import (
-    record_steps, train_induction, evaluate_induction, induction_run,
-)
-from phasejax.tasks.induction.result import (
-    RUN_COLUMNS, LEVELS, FORMATION_THRESHOLD, InductionResult, FLOOR_COLUMNS, exact_floor_check, induction_summary,
-)
-from phasejax.tasks.induction.sweep import (
-    InductionTraining, InductionGrid, induction_sweep,
-)
-from phasejax.tasks.induction.figures import (
-    plot_induction_curves, plot_induction_attention, plot_induction_phase_diagram, plot_induction_positions,
-    plot_prev_token_by_position, plot_induction_figures,
-)
+from phasejax.tasks.induction.data import bayes_predictive
+from phasejax.tasks.induction.model import InductionModel
+from phasejax.tasks.induction.references import induction_references
+from phasejax.tasks.induction.result import RUN_COLUMNS, InductionResult, exact_floor_check, induction_summary
+from phasejax.tasks.induction.sweep import InductionGrid, InductionTraining, induction_sweep
+from phasejax.tasks.induction.train import induction_run
 
 __all__ = [
-    "state_mask", "sample_transition_matrix", "stationary_distribution", "sample_chain", "sample_sequence",
-    "sample_batch", "next_token_laws", "transition_counts", "bayes_predictive", "unigram_predictive",
-    "soft_cross_entropy", "hard_cross_entropy", "UNIGRAM_ALPHAS", "reference_losses", "induction_references",
-    "stationary_start_predictive", "evaluation_chains", "evaluation_references", "stationary_start_gap",
-    "induction_reference_table", "KINDS", "READOUTS", "InductionModel", "coordinate_ids", "init_induction_params",
-    "unpad_params", "disentangled_forward", "standard_forward", "induction_forward", "induction_head_params",
-    "previous_token_attention", "induction_attention", "batch_loss", "record_steps", "train_induction",
-    "evaluate_induction", "induction_run", "RUN_COLUMNS", "LEVELS", "FORMATION_THRESHOLD", "InductionResult",
-    "FLOOR_COLUMNS", "exact_floor_check", "induction_summary", "InductionTraining", "InductionGrid",
-    "induction_sweep", "plot_induction_curves", "plot_induction_attention", "plot_induction_phase_diagram",
-    "plot_induction_positions", "plot_prev_token_by_position", "plot_induction_figures",
+    "induction_sweep", "induction_run", "InductionModel", "InductionTraining", "InductionGrid", "InductionResult",
+    "exact_floor_check", "induction_summary", "induction_references", "bayes_predictive", "RUN_COLUMNS",
 ]

@@ -42,38 +42,21 @@ chunks (`phasejax.sweep.run_chunked`) and returns a `MarkovSweep` (CSV/JSON file
 The rank-one reduced model and its gradient flow are in `phasejax.tasks.markov_reduced`.
 """
 
-from phasejax.tasks.markov.data import (
-    check_probability, check_positive_int, stationary_law, binary_entropy, entropy_rate, stationary_entropy,
-    sample_chains, all_chains, chain_probabilities,
-)
-from phasejax.tasks.markov.model import (
-    PARAM_NAMES, init_markov_params, readout, embed, attention_weights, markov_logits, next_token_losses,
-    markov_loss, population_loss, kernel_params, bad_critical_point,
-)
-from phasejax.tasks.markov.train import (
-    markov_optimizer, train_markov, estimate_population_loss,
-)
-from phasejax.tasks.markov.critical import (
-    active_names, predicted_critical_spectrum, CriticalPointCheck, critical_point_check,
-    stationary_direction_curvature,
-)
+from phasejax.tasks.markov.critical import CriticalPointCheck, critical_point_check, predicted_critical_spectrum
+from phasejax.tasks.markov.data import entropy_rate, stationary_entropy
+from phasejax.tasks.markov.model import bad_critical_point, kernel_params
 from phasejax.tasks.markov.sweep import (
-    MarkovTraining, markov_run, markov_trace, plot_markov_trace, curve_steps, MarkovGrid, RUN_COLUMNS,
-    reference_losses, shortest_float64, classify_runs, cell_summary, expected_facts, MarkovSweep, markov_sweep,
+    MarkovGrid,
+    MarkovSweep,
+    MarkovTraining,
     markov_memory_estimate,
-)
-from phasejax.tasks.markov.figures import (
-    plot_markov_phase_diagrams, plot_markov_curves, plot_critical_spectra,
+    markov_run,
+    markov_sweep,
+    markov_trace,
 )
 
 __all__ = [
-    "check_probability", "check_positive_int", "stationary_law", "binary_entropy", "entropy_rate",
-    "stationary_entropy", "sample_chains", "all_chains", "chain_probabilities", "PARAM_NAMES", "init_markov_params",
-    "readout", "embed", "attention_weights", "markov_logits", "next_token_losses", "markov_loss", "population_loss",
-    "kernel_params", "bad_critical_point", "markov_optimizer", "train_markov", "estimate_population_loss",
-    "active_names", "predicted_critical_spectrum", "CriticalPointCheck", "critical_point_check",
-    "stationary_direction_curvature", "MarkovTraining", "markov_run", "markov_trace", "plot_markov_trace",
-    "curve_steps", "MarkovGrid", "RUN_COLUMNS", "reference_losses", "shortest_float64", "classify_runs",
-    "cell_summary", "expected_facts", "MarkovSweep", "markov_sweep", "markov_memory_estimate", "plot_markov_phase_diagrams",
-    "plot_markov_curves", "plot_critical_spectra",
+    "markov_sweep", "markov_run", "markov_trace", "MarkovTraining", "MarkovGrid", "MarkovSweep",
+    "critical_point_check", "CriticalPointCheck", "bad_critical_point", "kernel_params", "entropy_rate",
+    "stationary_entropy", "predicted_critical_spectrum", "markov_memory_estimate",
 ]

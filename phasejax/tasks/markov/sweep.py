@@ -196,7 +196,8 @@ class MarkovGrid:
 
 RUN_COLUMNS = ("p", "q", "tied", "seed", "final_loss", "entropy_rate", "stationary_entropy", "stuck",
                "at_entropy_rate", "gap", "final_loss_se", "final_loss_mc", "train_loss_tail", "e_norm", "readout_norm")
-"""Columns of `runs.csv` (the issue's eight first; `gap = final_loss - entropy_rate`)."""
+"""Columns of `runs.csv` (the grid cell, the final loss, the two references and `stuck` first; `gap = final_loss -
+entropy_rate`)."""
 
 
 def reference_losses(p, q) -> tuple[np.ndarray, np.ndarray]:
@@ -245,7 +246,7 @@ def cell_summary(runs: Mapping[str, np.ndarray]) -> list[dict]:
 
 
 def expected_facts(cells: list[dict], low: float = 0.8, high: float = 1.2) -> dict:
-    """The issue's checks on the cells: tied runs stuck in most seeds where `p + q >= high`, at the entropy rate
+    """The expected facts, checked on the cells: tied runs stuck in most seeds where `p + q >= high`, at the entropy rate
     in most seeds where `p + q <= low`; untied runs at the entropy rate (counts of cells that pass)."""
     def count(tied, region, key):
         sel = [c for c in cells if c["tied"] == tied and region(c["p_plus_q"])]

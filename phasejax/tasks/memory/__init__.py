@@ -61,43 +61,12 @@ storing the `k` most frequent inputs) and compares it with the closed form
 and its power laws `d^{-(alpha-1)/(2 alpha)}` and `d^{-(alpha-1)}`.
 """
 
-from phasejax.tasks.memory.data import (
-    KINDS, TRAINED_KINDS, RECALL_THRESHOLD, check_sizes, MemoryShape, outputs_label, MemoryProblem,
-    sphere_embeddings, target_map, input_distribution, sample_problem, orthonormal_problem,
-)
-from phasejax.tasks.memory.model import (
-    output_scores, margins, recall, weighted_error, population_loss_from_scores, linear_features, population_loss,
-    outer_product_rows, one_step_rows, memory_matrix, factored_scores, one_step_memory,
-)
-from phasejax.tasks.memory.train import (
-    FitState, MemoryFit, TrainResult, train_memory, train_linear, init_mlp, mlp_features, train_mlp, memory_run,
-)
-from phasejax.tasks.memory.capacity import (
-    crosstalk_variances, predicted_recall, predicted_recall_given_map, predicted_capacity, BRACKETED, ABOVE_GRID,
-    BELOW_GRID, capacity_from_recall, fit_power_law, bootstrap_exponents,
-)
-from phasejax.tasks.memory.sweep import (
-    padded_size, geometric_ints, CapacityGrid, capacity_sweep, recall_cube, capacity_fit, problem_map, zipf_run,
-    zipf_tail, ZipfGrid, zipf_top_k, zipf_sweep, zipf_fits,
-)
-from phasejax.tasks.memory.result import (
-    CAPACITY_COLUMNS, ZIPF_COLUMNS, MemoryResult, concat_tables, SweepSpec, memory_preset, run_memory_study,
-    json_ready,
-)
-from phasejax.tasks.memory.figures import (
-    plot_phase_diagrams, plot_capacity_fits, plot_zipf,
-)
+from phasejax.tasks.memory.capacity import fit_power_law, predicted_capacity
+from phasejax.tasks.memory.data import RECALL_THRESHOLD, MemoryProblem
+from phasejax.tasks.memory.result import MemoryResult, SweepSpec, memory_preset, run_memory_study
+from phasejax.tasks.memory.sweep import CapacityGrid, ZipfGrid, capacity_sweep, zipf_sweep
 
 __all__ = [
-    "KINDS", "TRAINED_KINDS", "RECALL_THRESHOLD", "check_sizes", "MemoryShape", "outputs_label", "MemoryProblem",
-    "sphere_embeddings", "target_map", "input_distribution", "sample_problem", "orthonormal_problem",
-    "output_scores", "margins", "recall", "weighted_error", "population_loss_from_scores", "linear_features",
-    "population_loss", "outer_product_rows", "one_step_rows", "memory_matrix", "factored_scores", "one_step_memory",
-    "FitState", "MemoryFit", "TrainResult", "train_memory", "train_linear", "init_mlp", "mlp_features", "train_mlp",
-    "memory_run", "crosstalk_variances", "predicted_recall", "predicted_recall_given_map", "predicted_capacity",
-    "BRACKETED", "ABOVE_GRID", "BELOW_GRID", "capacity_from_recall", "fit_power_law", "bootstrap_exponents",
-    "padded_size", "geometric_ints", "CapacityGrid", "capacity_sweep", "recall_cube", "capacity_fit", "problem_map",
-    "zipf_run", "zipf_tail", "ZipfGrid", "zipf_top_k", "zipf_sweep", "zipf_fits", "CAPACITY_COLUMNS", "ZIPF_COLUMNS",
-    "MemoryResult", "concat_tables", "SweepSpec", "memory_preset", "run_memory_study", "json_ready",
-    "plot_phase_diagrams", "plot_capacity_fits", "plot_zipf",
+    "run_memory_study", "memory_preset", "capacity_sweep", "zipf_sweep", "CapacityGrid", "ZipfGrid", "SweepSpec",
+    "MemoryResult", "MemoryProblem", "predicted_capacity", "fit_power_law", "RECALL_THRESHOLD",
 ]

@@ -75,7 +75,7 @@ class MemoryFit:
         return done, jnp.where(bad, Status.DIVERGED, Status.CONVERGED)
 
 
-class TrainResult(NamedTuple):
+class MemoryFitResult(NamedTuple):
     """A trained memory: `params`, final `loss ()` and `recall ()`, `steps ()` taken, `status ()` (`Status` code)."""
 
     params: Any
@@ -85,15 +85,15 @@ class TrainResult(NamedTuple):
     status: Array
 
 
-def train_memory(features, params0, problem: MemoryProblem, *, steps: int, learning_rate: float) -> TrainResult:
+def train_memory(features, params0, problem: MemoryProblem, *, steps: int, learning_rate: float) -> MemoryFitResult:
     """Adam on `L` from `params0` until perfect recall (converged) or `steps` steps (max_iterations). Vmappable."""
     solver = MemoryFit(features, learning_rate)
     out = iterate(solver, problem, solver.init(problem, params0), max_steps=steps)
     s = out.state
-    return TrainResult(params=s.params, loss=s.loss, recall=s.recall, steps=out.steps, status=out.status)
+    return MemoryFitResult(params=s.params, loss=s.loss, recall=s.recall, steps=out.steps, status=out.status)
 
 
-def train_linear(problem: MemoryProblem, *, steps: int, learning_rate: float = 0.1) -> TrainResult:
+def train_linear(problem: MemoryProblem, *, steps: int, learning_rate: float = 0.1) -> MemoryFitResult:
     """A linear memory `W (d_max, d_max)` trained from `W = 0` (see `train_memory`)."""
     d_max = problem.E.shape[1]
     return train_memory(linear_features, jnp.zeros((d_max, d_max), problem.E.dtype), problem, steps=steps,
@@ -121,7 +121,7 @@ def mlp_features(params: dict, problem: MemoryProblem, m) -> Array:
 
 
 def train_mlp(key: Array, problem: MemoryProblem, d, m, m_max: int, *, steps: int,
-              learning_rate: float = 0.02) -> TrainResult:
+              learning_rate: float = 0.02) -> MemoryFitResult:
     """An MLP memory `F(z) = V^T relu(U z)` of width `m`, both layers trained (see `train_memory`)."""
     params0 = init_mlp(key, d, m, problem.E.shape[1], m_max, problem.E.dtype)
     return train_memory(lambda prm, prob: mlp_features(prm, prob, m), params0, problem, steps=steps,

@@ -7,8 +7,8 @@ import optax
 import pytest
 from flax import nnx
 
-from phasejax.tasks.histogram import HistogramTask, sample_batch
-from phasejax.tasks.transformer import (
+from phasejax.tasks.histogram.data import HistogramTask, sample_batch
+from phasejax.tasks.histogram.two_solutions import (
     attention_kind,
     attention_mask,
     lift_mask,
@@ -66,7 +66,7 @@ def test_bad_masks():
 @pytest.mark.slow       # two compilations of the two-phase training (~30 s on the 2-core CPU)
 def test_two_solutions_sweep_equals_its_run_and_round_trips(tmp_path):
     from phasejax.sweep import RunOptions
-    from phasejax.tasks.transformer import TwoSolutions, TwoSolutionsConfig, two_solutions, two_solutions_run
+    from phasejax.tasks.histogram.two_solutions import TwoSolutions, TwoSolutionsConfig, two_solutions, two_solutions_run
 
     config = TwoSolutionsConfig(task=TASK, d=8, p=8, steps=4, sgd_steps=3, batch_size=8, n_test=32, n_probe=16,
                                 n_show=2)
@@ -90,7 +90,7 @@ def test_two_solutions_sweep_equals_its_run_and_round_trips(tmp_path):
 
 
 def test_bad_two_solution_inputs():
-    from phasejax.tasks.transformer import TwoSolutionsConfig, two_solutions
+    from phasejax.tasks.histogram.two_solutions import TwoSolutionsConfig, two_solutions
 
     with pytest.raises(ValueError, match="seeds"):
         two_solutions(TwoSolutionsConfig(), seeds=())

@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasejax.empirics.data import check_positive_int
-from phasejax.tasks._common import Array, train_online
+from phasejax.tasks._common import Array
 
 
-__all__ = ["IGNORE", "HistogramTask", "all_sequences", "check_positive_int", "histogram_labels", "masked_accuracy",
-           "masked_cross_entropy", "model_inputs", "sample_batch", "sample_sequences", "train_online"]
+__all__ = ["IGNORE", "HistogramTask", "all_sequences", "histogram_labels", "masked_accuracy", "masked_cross_entropy",
+           "model_inputs", "sample_batch", "sample_sequences"]
 
 IGNORE = -1
 """Label of positions that are not scored (the BOS token)."""

@@ -30,15 +30,9 @@ from flax import nnx
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
-from phasejax.tasks._common import Array
-from phasejax.tasks.histogram import (
-    HistogramTask,
-    check_positive_int,
-    masked_accuracy,
-    masked_cross_entropy,
-    sample_batch,
-    train_online,
-)
+from phasejax.empirics.data import check_positive_int
+from phasejax.tasks._common import Array, train_online
+from phasejax.tasks.histogram.data import HistogramTask, masked_accuracy, masked_cross_entropy, sample_batch
 
 
 MASKS = ("semantic", "positional", "full")
