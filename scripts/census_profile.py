@@ -29,7 +29,7 @@ def profile(alpha: float, omega: float, scheme, ms) -> dict:
 
     from phasejax import float64_scope
     from phasejax.theory import branch_init, make_params
-    from phasejax.theory.solver import SEProblem, initial_warm, se_map
+    from phasejax.theory.se_map import SEProblem, initial_warm, se_map
 
     out = dict(m=[], q=[], V=[], F_m_minus_m=[], qV_residual=[])
     with float64_scope():

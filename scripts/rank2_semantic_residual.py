@@ -29,7 +29,8 @@ from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, rank2_init, rank2_par
 from phasejax.precision import float64_scope
 from phasejax.theory.quadrature import SobolRule
 from phasejax.theory.branches import free_mask
-from phasejax.theory.solver import NewtonSE, SEProblem, run_newton
+from phasejax.theory.newton import NewtonSE, run_newton
+from phasejax.theory.se_map import SEProblem, se_map
 
 
 def main(alpha: float = 1.3, log2_n: int = 11, max_iter: int = 150) -> None:
@@ -47,7 +48,7 @@ def main(alpha: float = 1.3, log2_n: int = 11, max_iter: int = 150) -> None:
         hs = []
         for label, x, mode in (("mode 0 at x_eval", st.x_eval, 0), ("mode 1 at x_eval", st.x_eval, 1),
                                ("trial point", st.x, 0)):
-            _, ev = solver._map_and_jac(SEProblem(p, rule, ib), x, st.warm, mode)
+            ev = se_map(SEProblem(p, rule, ib), x, st.warm, mode)
             scaled = jnp.where(free, jnp.abs(ev.Fx - x) / jnp.maximum(1.0, jnp.abs(x)), 0.0)
             print(f"{label}: |x - x_eval|max {float(jnp.max(jnp.abs(x - st.x_eval))):.2g}, scaled residual "
                   f"{np.round(np.asarray(scaled), 5).tolist()}, unconverged nodes {float(ev.prox_unconverged):.2g}")

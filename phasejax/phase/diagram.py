@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax import progress
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.phase.thresholds import alpha_c_with_error, alpha_l_with_error, first_upcrossing
 from phasejax.precision import float64_scope
@@ -47,21 +46,22 @@ from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.replicon import (
     DEFAULT_TIE_WIDTH,
     REPLICON_COLUMNS,
-    REPLICON_MAX_STEPS,
-    REPLICON_MU0,
-    REPLICON_STEPS,
-    replicon_columns,
-    replicon_table,
+    replicon_result_columns,
     rs_stable,
 )
 from phasejax.theory.results import result_columns
-from phasejax.theory.solver import MapApproximation, SEConfig, map_points, resolve_scheme, solve_row_jit
+from phasejax.theory.continuation import continuation
+from phasejax.theory.newton import SEConfig
+from phasejax.theory.se_map import MapApproximation
+from phasejax.theory.solver import map_points, resolve_scheme
 
 PHASE_BRANCHES = ("positional", "semantic")
 
-REPLICON_CONFIG = dict(tie_width=DEFAULT_TIE_WIDTH, n_steps=REPLICON_STEPS, max_steps=REPLICON_MAX_STEPS,
-                       mu0=REPLICON_MU0)
-"""The replicon columns' settings (`phasejax.theory.replicon.replicon_columns`), recorded in a run's configuration."""
+REPLICON_CONFIG = dict(tie_width=DEFAULT_TIE_WIDTH, minima="the error replicas' (every node started from its main "
+                       "node's minima)")
+"""The replicon columns' settings, recorded in a run's configuration: the smoothing, and where the prox minima come
+from (`phasejax.theory.newton.postprocess`: the pass that gives the error replicas, over the main rule's nodes
+too)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +139,7 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
     alphas = jnp.asarray(grid.alphas)
     inits = [census_seeds(b, params, config.seeds[b]) for b in PHASE_BRANCHES]
     inits = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *inits)        # (branch, track, ...)
+    tie_width = DEFAULT_TIE_WIDTH if config.replicon else None
 
     def row(omega, code):
         p = params.replace(omega=omega)
@@ -148,21 +149,15 @@ def make_row_fn(grid: PhaseGrid, params: TiedAttentionParams, scheme, config: Ph
         down = code == PHASE_BRANCHES.index("semantic")
         order = jnp.where(down, alphas[::-1], alphas)
 
-        n_tracks = jax.tree_util.tree_leaves(inits)[0].shape[1]
-        solve_share = (2 / 3 if config.replicon else 1.0) / n_tracks    # of the task, for the progress bar
-
-        def replicon_point(x):
-            progress.tick(1.0 / len(grid.alphas), x[1])
-            return replicon_columns(x[0], p.replace(alpha=x[1]), scheme, x[2])
-
         def track(init):
-            with progress.share(solve_share):
-                res = solve_row_jit(p, order, init, scheme, config.se, config.approximation)
-            res = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), res)
+            # the solves, their error bars and (with the replicon) every fixed point's replicon: one scan
+            out = continuation(p, order, init, scheme, config.se, config.approximation,
+                               replicon_tie_width=tie_width)[0]
+            out = jax.tree_util.tree_map(lambda x: jnp.where(down, x[::-1], x), out)
+            res, rep = out if config.replicon else (out, None)
             cols = jax.vmap(lambda r, a: result_columns(r, p.replace(alpha=a)))(res, alphas)
-            if config.replicon:   # the replicon of every fixed point, once per point after the solve
-                with progress.share(1 / n_tracks - solve_share):
-                    cols.update(map_points(replicon_point, (res.overlaps, alphas, res.converged)))
+            if rep is not None:
+                cols.update(replicon_result_columns(rep, res.converged))
             return cols
 
         return map_points(track, track_inits)
@@ -603,33 +598,3 @@ def phase_diagram(
                                                                table["verdict_semantic"]], -1))
     cfg_json = {k: (v if not callable(v) else getattr(v, "__qualname__", str(v))) for k, v in cfg.items()}
     return PhaseDiagram(grid=grid, points=points, table=table, thresholds=thresholds, config=cfg_json)
-
-
-def add_replicon(pd: PhaseDiagram, params: TiedAttentionParams, *, quadrature=None, progress: bool = False,
-                 columns: Mapping[str, np.ndarray] | None = None) -> PhaseDiagram:
-    """`pd` with the replicon columns (`phasejax.theory.replicon.REPLICON_COLUMNS`) computed at every converged
-    fixed point of `points` from its overlaps, and the table re-derived (`replicon_<branch>`, `rs_stable_*`).
-
-    For a diagram computed before the columns existed (or loaded with `PhaseDiagram.load`): the fixed points
-    are the same as a fresh `phase_diagram` would find with the same configuration, and the replicon is a
-    function of the fixed point alone, so the columns are those a fresh run writes. `params` are the diagram's
-    model parameters (`alpha`, `omega` are taken per point); `quadrature` as in `phase_diagram`. `columns`
-    (`REPLICON_COLUMNS`, one value per point) skips the computation, which is
-    `phasejax.theory.replicon.replicon_table` on `points`.
-    """
-    pts = {k: np.asarray(v) for k, v in pd.points.items()}
-    if columns is not None:
-        cols = {k: np.asarray(columns[k], float) for k in REPLICON_COLUMNS}
-    else:
-        from tqdm.auto import tqdm
-
-        validate_params(params)
-        with tqdm(total=len(pts["alpha"]), desc="replicon", unit="point", disable=not progress) as bar:
-            cols = replicon_table(pts, lambda row: (params, quadrature),
-                                  progress=lambda done, total: bar.update(done - bar.n))
-    pts.update(cols)
-    table, thresholds = derive_table(pd.grid, pts, np.asarray(pd.table["eps_lin"], float)[:, 0])
-    pts["verdict"] = point_verdicts(pd.grid, pts, np.stack([table["verdict_positional"],
-                                                            table["verdict_semantic"]], -1))
-    config = dict(pd.config, replicon=REPLICON_CONFIG)
-    return PhaseDiagram(grid=pd.grid, points=pts, table=table, thresholds=thresholds, config=config)

@@ -57,9 +57,9 @@ from phasejax.theory.quadrature import (
 )
 from phasejax.theory.results import SEErrors, SEResult, result_columns
 from phasejax.theory.branches import BRANCH_DEFAULTS, BRANCHES, BranchInit, branch_init, stack_inits
+from phasejax.theory.newton import SEConfig
+from phasejax.theory.se_map import MapApproximation
 from phasejax.theory.solver import (
-    MapApproximation,
-    SEConfig,
     map_points,
     solve_along_alpha,
     solve_state_evolution,

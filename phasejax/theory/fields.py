@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from phasejax.theory import small_linalg
 from phasejax.theory.params import TiedAttentionParams
 
 Array = jax.Array
@@ -80,7 +81,7 @@ def _root_functions(evals: Array, eps: float) -> tuple[Array, Array, Array, Arra
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _sym_roots(M: Array, eps: float) -> tuple[Array, Array, Array]:
-    evals, evecs = jnp.linalg.eigh(M)
+    evals, evecs = small_linalg.eigh(M)
     sqrt, inv, _, _ = _root_functions(evals, eps)
     return (evecs * sqrt) @ evecs.T, (evecs * inv) @ evecs.T, evals[0]
 
@@ -90,7 +91,7 @@ def _sym_roots_jvp(eps, primals, tangents):
     # Matrix-function derivative by divided differences (Daleckii-Krein): well defined where eigenvalues
     # coincide (e.g. q0 = c I for r > 1), where differentiating `eigh`'s eigenvectors gives NaN.
     (M,), (dM,) = primals, tangents
-    evals, evecs = jnp.linalg.eigh(M)
+    evals, evecs = small_linalg.eigh(M)
     sqrt, inv, dsqrt, dinv = _root_functions(evals, eps)
     dMt = evecs.T @ dM @ evecs
     back = lambda K: evecs @ (K * dMt) @ evecs.T  # noqa: E731
@@ -142,7 +143,7 @@ def field_maps(ov: Overlaps, params: TiedAttentionParams | None, psd_tol: float 
     t = ov.theta0.shape[0]
     Rn = jnp.eye(t, dtype=ov.q0.dtype) - B @ B.T
     sqrt_Rn, pinv_sqrt_Rn, Rn_min = sym_sqrt_pinv(Rn)
-    V0_min = jnp.linalg.eigvalsh(0.5 * (ov.V0 + ov.V0.T))[0]
+    V0_min = small_linalg.min_eigenvalue(0.5 * (ov.V0 + ov.V0.T))
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(ov)]))
     # theta0 must lie in the range of q0 (else h* is not a valid Gaussian field).
     theta_in_range = jnp.all(jnp.abs(ov.theta0 - ov.theta0 @ pinv_sqrt_q0 @ sqrt_q0) <= 1e-8 + psd_tol)

@@ -21,7 +21,7 @@ state evolution vmaps them over quadrature nodes, GAMP over samples).
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,8 @@ from flax import struct
 from jax.scipy.linalg import block_diag
 
 from phasejax.theory import small_linalg
+from phasejax.theory.fields import sample_loss
+from phasejax.theory.params import TiedAttentionParams
 
 Array = jax.Array
 
@@ -97,25 +99,43 @@ def autodiff_derivatives(objective: Callable[[Array], Array]) -> Callable[[Array
     return derivatives
 
 
-def _newton_step(objective, derivatives, state):
-    """One globalised Newton step on `(h, f, g, H, mu)`.
+ARMIJO = 0.4
+"""A Newton step's full length is taken without trying shorter ones when it decreases the objective by at least
+`ARMIJO` times the decrease its slope predicts (`f(h + d) <= f + ARMIJO g . d`). For a quadratic along `d` with
+its minimum at length `t*` this holds when `t* >= 1 / (2 (1 - ARMIJO)) = 0.83`, where length 1 is also the best
+of `1, 1/2, ..., 1/128`; elsewhere every length is tried and the best kept."""
 
-    Direction `d = -(H + shift I)^{-1} g` with `shift = mu + max(0, -eig_min(H))`
-    (a descent direction also where `H` is indefinite); step length the best of
-    `1, 1/2, ..., 1/128` by objective value, accepted only if it decreases the
-    objective (or ties it with a smaller gradient). `mu` grows tenfold on a
-    rejected step and shrinks on an accepted one.
-    """
-    h, f, g, H, mu = state
+
+def _direction(h, f, g, H, mu):
+    """The damped Newton direction `d = -(H + shift I)^{-1} g`, `shift = mu + max(0, -eig_min(H))` (a descent
+    direction also where `H` is indefinite), and whether the objective can rank steps along it at all (`False`
+    where the predicted decrease `|g . d|` is below its rounding, `1e-13 (1 + |f|)`)."""
     n = h.shape[0]
     H = 0.5 * (H + H.T)
     eig_min = small_linalg.min_eigenvalue(H)
     shift = mu + jnp.maximum(0.0, -eig_min) * (1.0 + 1e-6)
     d = -small_linalg.solve(H + shift * jnp.eye(n, dtype=h.dtype), g)
-    trials = h[None] + jnp.asarray(_STEP_LENGTHS, h.dtype)[:, None] * d[None]
-    values = jax.vmap(objective)(trials)
+    return d, jnp.abs(small_linalg.dot(g, d)) > 1e-13 * (1.0 + jnp.abs(f))
+
+
+def _full_step_taken(f, g, d, f_full, resolved):
+    """Whether the full step `h + d` (objective `f_full`) is taken without trying shorter ones (`ARMIJO`; always
+    where the objective cannot rank steps, so that the last steps to a minimum are Newton's)."""
+    return ~resolved | (jnp.isfinite(f_full) & (f_full <= f + ARMIJO * small_linalg.dot(g, d)))
+
+
+def _best_length(objective, h, d, f_full):
+    """The best of the steps `h + t d`, `t = 1, 1/2, ..., 1/128`, by objective value (`f_full` at `t = 1`)."""
+    trials = h[None] + jnp.asarray(_STEP_LENGTHS[1:], h.dtype)[:, None] * d[None]
+    values = jnp.concatenate([f_full[None], jax.vmap(objective)(trials)])
     values = jnp.where(jnp.isfinite(values), values, jnp.inf)
-    h_new = trials[jnp.argmin(values)]
+    return jnp.concatenate([(h + d)[None], trials])[jnp.argmin(values)]
+
+
+def _finish_step(derivatives, state, h_new):
+    """Evaluate `h_new` and accept it if it decreases the objective (or ties it with a smaller gradient); `mu`
+    shrinks tenfold on acceptance and grows tenfold (to at least `1e-8`) on rejection."""
+    h, f, g, H, mu = state
     f_new, g_new, H_new = derivatives(h_new)
     finite = jnp.isfinite(f_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(H_new))
     decrease = f_new < f
@@ -123,7 +143,28 @@ def _newton_step(objective, derivatives, state):
     accept = finite & (decrease | tie)
     pick = lambda new, old: jnp.where(accept, new, old)  # noqa: E731
     mu = jnp.where(accept, mu * 0.1, jnp.maximum(mu * 10.0, 1e-8))
-    return pick(h_new, h), pick(f_new, f), pick(g_new, g), pick(H_new, H), mu
+    return pick(h_new, h), pick(f_new, f), pick(g_new, g), pick(H_new, 0.5 * (H + H.T)), mu
+
+
+def _newton_step(objective, derivatives, state):
+    """One globalised Newton step on `(h, f, g, H, mu)`.
+
+    Direction `d = -(H + shift I)^{-1} g` with `shift = mu + max(0, -eig_min(H))`
+    (a descent direction also where `H` is indefinite); length 1 where it
+    decreases the objective enough (`ARMIJO`) or where the objective cannot
+    rank steps (a predicted decrease below its rounding: the last steps to a
+    minimum are then Newton's and its gradient falls to rounding), else the
+    best of `1, 1/2, ..., 1/128` by objective value; accepted only if it
+    decreases the objective (or ties it with a smaller gradient). `mu` grows
+    tenfold on a rejected step and shrinks on an accepted one.
+    (`minimise_lanes` takes the same steps, trying the shorter lengths only on
+    the lanes that need them.)
+    """
+    h, f, g, H, mu = state
+    d, resolved = _direction(h, f, g, H, mu)
+    f_full = objective(h + d)
+    h_new = jnp.where(_full_step_taken(f, g, d, f_full, resolved), h + d, _best_length(objective, h, d, f_full))
+    return _finish_step(derivatives, state, h_new)
 
 
 def newton_steps(objective: Callable[[Array], Array], h0: Array, n_steps: int, *, tol: float = 1e-10,
@@ -172,7 +213,7 @@ def _implicit_tangents(objective, derivatives, h, theta, dtheta):
     g, dgrad = jax.jvp(lambda th: grad_h(h, th), (theta,), (dtheta,))
     dh = -small_linalg.solve(0.5 * (H + H.T), dgrad)
     _, dvalue = jax.jvp(lambda th: objective(h, th), (theta,), (dtheta,))
-    return dh, dvalue + g @ dh
+    return dh, dvalue + small_linalg.dot(g, dh)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
@@ -202,7 +243,9 @@ def _all_minimisers_jvp(objective, derivatives, n_steps, tol, primals, tangents)
     dtheta, _ = tangents
     hs, values, gnorms = _all_minimisers(objective, derivatives, theta, starts, n_steps, tol)
     dhs, dvalues = jax.vmap(lambda h: _implicit_tangents(objective, derivatives, h, theta, dtheta))(hs)
-    dvalues = jnp.where(jnp.isfinite(values), dvalues, 0.0)
+    finite = jnp.isfinite(values)
+    dhs = jnp.where(finite[..., None], dhs, 0.0)      # an inactive or failed start carries no tangent
+    dvalues = jnp.where(finite, dvalues, 0.0)
     return (hs, values, gnorms), (dhs, dvalues, jnp.zeros_like(gnorms))
 
 
@@ -292,6 +335,83 @@ def moreau_prox(
     return pick.replace(steps=jnp.sum(runs.steps))
 
 
+# ----------------------------------------------------------------------------
+# The state evolution's proximal objective (theory notes, section 3)
+# ----------------------------------------------------------------------------
+
+
+def moreau_objective(h_flat: Array, theta) -> Array:
+    """`sum_l 1/2 (h_l - omega_l)^T V_l^{-1} (h_l - omega_l) + ell(h, T)`; `theta = (omega (L, r), T (L, L), V_inv (L, r, r), params)`."""
+    omega, T, V_inv, params = theta
+    h = h_flat.reshape(omega.shape)
+    dh = h - omega
+    return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + sample_loss(h, T, params)
+
+
+def _pair_parts(h_flat: Array, theta):
+    """The scalars both closed forms share: `h = (a, b)`, `u_i = S_ii = sigmoid(z_i)` with `z_1 = a (a - b)`,
+    `z_2 = b (b - a)`, the quadratic term's weights `v_l = V_inv[l]` and offsets `dh_l = h_l - omega_l`, and
+    the loss `1/2 sum_ij (T_ij - S_ij)^2 sigma_j^2` (written out component by component: no small matrix
+    products, so that a vectorised caller compiles to a few fused loops)."""
+    omega, T, V_inv, params = theta
+    s2 = params.sigma**2
+    a, b = h_flat[0], h_flat[1]
+    u1, u2 = jax.nn.sigmoid(a * (a - b)), jax.nn.sigmoid(b * (b - a))
+    v1, v2 = V_inv[0, 0, 0], V_inv[1, 0, 0]
+    d1, d2 = a - omega[0, 0], b - omega[1, 0]
+    loss = 0.5 * ((T[0, 0] - u1) ** 2 * s2[0] + (T[0, 1] - (1.0 - u1)) ** 2 * s2[1]
+                  + (T[1, 0] - (1.0 - u2)) ** 2 * s2[0] + (T[1, 1] - u2) ** 2 * s2[1])
+    return a, b, u1, u2, v1, v2, d1, d2, loss
+
+
+def pair_dot_product_derivatives(h_flat: Array, theta) -> tuple[Array, Array, Array]:
+    """Closed-form value, gradient `(2,)` and Hessian `(2, 2)` of `moreau_objective` for `L = 2`, `r = 1`
+    and the dot-product student `S(h) = softmax(h h^T)`.
+
+    With `h = (a, b)`, `S_11 = sigmoid(z_1)`, `z_1 = a (a - b)`, `S_22 = sigmoid(z_2)`,
+    `z_2 = b (b - a)` and rows summing to one, the loss is
+    `ell = 1/2 Sigma [(S_11 - c_1)^2 + (S_22 - c_2)^2] + const` with `Sigma = sigma_1^2 + sigma_2^2`,
+    `c_1 = (T_11 sigma_1^2 + (1 - T_12) sigma_2^2) / Sigma`, `c_2 = ((1 - T_21) sigma_1^2 + T_22 sigma_2^2) / Sigma`;
+    the chain rule through `z_1, z_2` (gradients `(2a - b, -a)` and `(-b, 2b - a)`, Hessians
+    `[[2, -1], [-1, 0]]` and `[[0, -1], [-1, 2]]`) gives the gradient and Hessian. The value is computed directly.
+    """
+    omega, T, V_inv, params = theta
+    s2 = params.sigma**2
+    Sig = s2[0] + s2[1]
+    a, b, u1, u2, v1, v2, d1, d2, loss = _pair_parts(h_flat, theta)
+    c1 = (T[0, 0] * s2[0] + (1.0 - T[0, 1]) * s2[1]) / Sig
+    c2 = ((1.0 - T[1, 0]) * s2[0] + T[1, 1] * s2[1]) / Sig
+    du1, du2 = u1 * (1.0 - u1), u2 * (1.0 - u2)
+    p1, p2 = Sig * (u1 - c1) * du1, Sig * (u2 - c2) * du2                          # d ell / d z_i
+    q1 = Sig * (du1**2 + (u1 - c1) * du1 * (1.0 - 2.0 * u1))                         # d2 ell / d z_i^2
+    q2 = Sig * (du2**2 + (u2 - c2) * du2 * (1.0 - 2.0 * u2))
+    ga, gb = 2.0 * a - b, 2.0 * b - a                                                # z_1' = (ga, -a), z_2' = (-b, gb)
+    grad = jnp.stack([p1 * ga - p2 * b + v1 * d1, -p1 * a + p2 * gb + v2 * d2])
+    h_aa = q1 * ga * ga + q2 * b * b + 2.0 * p1 + v1
+    h_ab = -q1 * ga * a - q2 * b * gb - p1 - p2
+    h_bb = q1 * a * a + q2 * gb * gb + 2.0 * p2 + v2
+    hess = jnp.stack([jnp.stack([h_aa, h_ab]), jnp.stack([h_ab, h_bb])])
+    value = 0.5 * (v1 * d1 * d1 + v2 * d2 * d2) + loss
+    return value, grad, hess
+
+
+def pair_dot_product_objective(h_flat: Array, theta) -> Array:
+    """`moreau_objective` in closed form for `L = 2`, `r = 1` and the dot-product student (see
+    `pair_dot_product_derivatives`); equal to the generic one, cheaper."""
+    _, _, _, _, v1, v2, d1, d2, loss = _pair_parts(h_flat, theta)
+    return 0.5 * (v1 * d1 * d1 + v2 * d2 * d2) + loss
+
+
+def closed_form_prox(params: TiedAttentionParams):
+    """`(objective, derivatives)` in closed form when they apply to `params` (`L = 2`, `r = 1`,
+    dot-product student), else `(moreau_objective, None)` (autodiff)."""
+    from phasejax.theory.params import dot_product_student
+
+    if params.L == 2 and params.r == 1 and params.student is dot_product_student:
+        return pair_dot_product_objective, pair_dot_product_derivatives
+    return moreau_objective, None
+
+
 @struct.dataclass
 class EnvelopeDerivatives:
     """`f = V^{-1}(h_hat - omega)` and its implicit derivatives (docs/theory.md, sections 3-4).
@@ -355,3 +475,257 @@ def envelope_derivatives(
     return EnvelopeDerivatives(f=jnp.einsum("lab,lb->la", V_inv, h_hat - omega),
                                df_domega=_diagonal_df_domega(Vb, H, L, r),
                                df_dhstar=df_dhstar[idx, :, idx, :])
+
+
+# ----------------------------------------------------------------------------
+# Many minimisations at once: lanes that stop when they have converged
+# ----------------------------------------------------------------------------
+
+
+class LaneState(NamedTuple):
+    """Damped-Newton state of `M` lanes: `h (M, n)`, value `f (M,)`, gradient `g (M, n)`, Hessian `H (M, n, n)`,
+    Levenberg-Marquardt damping `mu (M,)` and the steps taken `steps (M,)`."""
+
+    h: Array
+    f: Array
+    g: Array
+    H: Array
+    mu: Array
+    steps: Array
+
+
+class LaneSettings(NamedTuple):
+    """How `minimise_lanes` runs (static; hashable).
+
+    Attributes:
+      max_steps: the most damped Newton steps a lane takes (an int, or a tuple of one per start slot).
+      stop_tol: a lane stops when `max |g| <= stop_tol`.
+      block: the lanes stepped side by side in a block (`minimise_lanes`).
+      mu0: the initial Levenberg-Marquardt damping.
+    """
+
+    max_steps: int | tuple = 8
+    stop_tol: float = 1e-11
+    block: int = 512
+    mu0: float = 1e-10
+
+
+def lane_derivatives(objective: Callable, derivatives: Callable | None) -> Callable:
+    """`(h, theta) -> (value, gradient, Hessian)`: `derivatives`, or autodiff of `objective(h, theta)`."""
+    if derivatives is not None:
+        return derivatives
+    value_and_grad = jax.value_and_grad(objective)
+    hessian = jax.hessian(objective)
+    return lambda h, theta: (*value_and_grad(h, theta), hessian(h, theta))
+
+
+@jax.named_scope("minimise_lanes")
+def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array, thetas, active: Array,
+                   max_steps, *, stop_tol: float = 1e-11, block: int = 512, mu0: float = 1e-10) -> LaneState:
+    """Minimise `objective(h, theta_i)` from `h0[i]` for every lane `i` of `M`, each until it has converged.
+
+    `thetas` is a pytree with a leading `(M,)` axis; `active (M,)` bool marks the lanes to minimise (the others
+    keep their start and take no step); `max_steps` (an int or `(M,)` integer array, may be traced) caps each
+    lane's steps. A lane stops when its gradient is below `stop_tol` (or its steps reach its cap).
+
+    The steps are `_newton_step`'s, taken side by side in blocks of `block` lanes, so that a lane costs about the
+    steps it needs: the lanes are sorted once by their starting gradient (those with no step to take first,
+    the far-off last), and each round steps only the blocks from the first one with a lane still going,
+    skipping any block with none; a block tries the shorter lengths of its steps only where a lane's full
+    length is not taken (near a minimum, most steps). Most lanes of a minimisation that starts near its minima finish in a step or
+    two, and a few far ones then run on in a few blocks. The step is traced once. Returns the final `LaneState`
+    (values non-finite -> `inf`) in the lanes' order. Jittable and vmappable.
+    """
+    der = lane_derivatives(objective, derivatives)
+    M, n = h0.shape
+    dtype = h0.dtype
+    f, g, H = jax.vmap(der)(h0, thetas)
+    st = LaneState(h=h0, f=f, g=g, H=H, mu=jnp.full((M,), mu0, dtype), steps=jnp.zeros((M,), jnp.int32))
+    cap = jnp.broadcast_to(jnp.asarray(max_steps, jnp.int32), (M,))
+    act = jnp.asarray(active, bool) & (cap > 0)
+    gnorm = jnp.max(jnp.abs(g), axis=1)
+    order = jnp.argsort(jnp.where(act & (gnorm > stop_tol), gnorm, -1.0))      # going last, the far-off last
+    K = max(1, min(int(block), M))
+    nb = -(-M // K)
+    pad = nb * K - M
+
+    def blocks(a):      # sorted, padded with lanes that take no step, in `nb` blocks of `K`
+        a = a[order]
+        a = jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]) if pad else a
+        return a.reshape((nb, K) + a.shape[1:])
+
+    st_b, th_b, cap_b = jax.tree_util.tree_map(blocks, (st, thetas, cap))
+    act_b = blocks(act)
+    if pad:
+        act_b = act_b.reshape(-1).at[M:].set(False).reshape(nb, K)
+
+    def going(s, c, a):
+        return a & (jnp.max(jnp.abs(s.g), axis=-1) > stop_tol) & (s.steps < c)
+
+    def full_length(s, theta):     # a direction and its full length: `(direction, value there, taken)`
+        d, resolved = _direction(s.h, s.f, s.g, s.H, s.mu)
+        f_full = objective(s.h + d, theta)
+        return d, f_full, _full_step_taken(s.f, s.g, d, f_full, resolved)
+
+    def finish(s, theta, h_new, run):
+        h, f, g, H, mu = _finish_step(lambda h: der(h, theta), (s.h, s.f, s.g, s.H, s.mu), h_new)
+        moved = LaneState(h=h, f=f, g=g, H=H, mu=mu, steps=s.steps + 1)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(run, a, b), moved, s)
+
+    def step(s, th, run):
+        """`_newton_step` on a block's lanes where `run`: the shorter lengths are tried only if a lane's full
+        length is not taken."""
+        d, f_full, taken = jax.vmap(full_length)(s, th)
+        h_new = s.h + d
+        h_new = jax.lax.cond(jnp.any(run & ~taken), lambda: jnp.where(
+            taken[:, None], h_new, jax.vmap(lambda s_, t_, d_, f_: _best_length(lambda h: objective(h, t_), s_.h, d_,
+                                                                                 f_))(s, th, d, f_full)),
+            lambda: h_new)
+        return jax.vmap(finish)(s, th, h_new, run)
+
+    def regroup(carry):
+        """Gather the lanes still going at the end (a stable partition), so that the rounds that follow step
+        the fewest blocks."""
+        st_b, th_b, cap_b, act_b, order = carry
+        flat = lambda a: a.reshape((nb * K,) + a.shape[2:])  # noqa: E731
+        g_ = flat(going(st_b, cap_b, act_b))
+        n_done = nb * K - jnp.sum(g_)
+        dest = jnp.where(g_, n_done + jnp.cumsum(g_) - 1, jnp.cumsum(~g_) - 1)
+        perm = jnp.zeros((nb * K,), jnp.int32).at[dest].set(jnp.arange(nb * K, dtype=jnp.int32))
+        moved = jax.tree_util.tree_map(lambda a: flat(a)[perm].reshape(a.shape), (st_b, th_b, cap_b, act_b))
+        return (*moved, order[perm])
+
+    def round_(carry):
+        st_b, th_b, cap_b, act_b, order, r = carry
+        st_b, th_b, cap_b, act_b, order = jax.lax.cond(
+            (r == 2) | (r == 4), regroup, lambda c: c, (st_b, th_b, cap_b, act_b, order))
+        live = jnp.any(going(st_b, cap_b, act_b), axis=1)                            # (nb,)
+
+        def step_block(i, st_b):
+            s = jax.tree_util.tree_map(lambda a: a[i], st_b)  # noqa: B023
+            run = going(s, cap_b[i], act_b[i])
+            s = jax.lax.cond(live[i], lambda: step(s, jax.tree_util.tree_map(lambda a: a[i], th_b), run), lambda: s)
+            return jax.tree_util.tree_map(lambda a, b: a.at[i].set(b), st_b, s)
+
+        return jax.lax.fori_loop(jnp.argmax(live), nb, step_block, st_b), th_b, cap_b, act_b, order, r + 1
+
+    max_rounds = jnp.max(cap)
+    order = jnp.concatenate([order, jnp.full((pad,), M, order.dtype)]) if pad else order   # M: a padding lane
+    st_b, _, _, _, order, _ = jax.lax.while_loop(
+        lambda c: jnp.any(going(c[0], c[2], c[3])) & (c[5] < max_rounds), round_,
+        (st_b, th_b, cap_b, act_b, order, jnp.asarray(0, jnp.int32)))
+    flat = jax.tree_util.tree_map(lambda a: a.reshape((nb * K,) + a.shape[2:]), st_b)
+    st = jax.tree_util.tree_map(lambda a: jnp.zeros((M + 1,) + a.shape[1:], a.dtype).at[order].set(a)[:M], flat)
+    return st._replace(f=jnp.where(jnp.isfinite(st.f), st.f, jnp.inf))
+
+
+@jax.named_scope("minimise_dense")
+def minimise_dense(objective: Callable, derivatives: Callable | None, h0: Array, thetas, max_steps: int, *,
+                   stop_tol: float = 1e-11, mu0: float = 1e-10) -> LaneState:
+    """Minimise `objective(h, theta_i)` from `h0[i] (M, n)` for every lane (`thetas`: leading `(M,)` axis) by
+    `_newton_step`s side by side, until every lane's gradient is below `stop_tol` or `max_steps` steps: the small
+    program for a few lanes (`minimise_lanes` is the economical one for many). A lane that has stopped keeps its
+    state. Returns the final `LaneState` (values non-finite -> `inf`)."""
+    der = lane_derivatives(objective, derivatives)
+    M = h0.shape[0]
+    f, g, H = jax.vmap(der)(h0, thetas)
+    st = LaneState(h=h0, f=f, g=g, H=H, mu=jnp.full((M,), mu0, h0.dtype), steps=jnp.zeros((M,), jnp.int32))
+
+    def going(st):
+        return jnp.max(jnp.abs(st.g), axis=-1) > stop_tol
+
+    def one(st, theta, run):
+        h, f, g, H, mu = _newton_step(lambda h: objective(h, theta), lambda h: der(h, theta),
+                                      (st.h, st.f, st.g, st.H, st.mu))
+        moved = LaneState(h=h, f=f, g=g, H=H, mu=mu, steps=st.steps + 1)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(run, a, b), moved, st)
+
+    st, _ = jax.lax.while_loop(lambda c: jnp.any(going(c[0])) & (c[1] < max_steps),
+                               lambda c: (jax.vmap(one)(c[0], thetas, going(c[0])), c[1] + 1), (st, jnp.asarray(0)))
+    return st._replace(f=jnp.where(jnp.isfinite(st.f), st.f, jnp.inf))
+
+
+def node_lanes(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active) -> LaneState:
+    """Every start of every node: `starts (N, S, n)`, `active (N, S)` (or broadcastable); node `i`'s objective is
+    `objective(h, node_thetas[i] + shared)` (tuples). Returns `LaneState` with `(N, S)` leading axes. The lanes
+    are laid out slot by slot (all nodes' first start, then all second starts, ...): the rounds of
+    `minimise_lanes` run slot by slot first (a slot with no active start costs nothing), then take the lowest
+    lanes first."""
+    N, S, n = starts.shape
+    lane_node = jnp.tile(jnp.arange(N), S)
+    thetas = jax.tree_util.tree_map(lambda a: a[lane_node], tuple(node_thetas))
+    caps = np.broadcast_to(np.asarray(settings.max_steps, np.int32), (S,))
+    st = minimise_lanes(lambda h, th: objective(h, tuple(th) + tuple(shared)),
+                        None if derivatives is None else (lambda h, th: derivatives(h, tuple(th) + tuple(shared))),
+                        jnp.swapaxes(starts, 0, 1).reshape(S * N, n), thetas,
+                        jnp.swapaxes(jnp.broadcast_to(active, (N, S)), 0, 1).reshape(-1), np.repeat(caps, N),
+                        stop_tol=settings.stop_tol, block=settings.block, mu0=settings.mu0)
+    return jax.tree_util.tree_map(lambda a: jnp.swapaxes(a.reshape((S, N) + a.shape[1:]), 0, 1), st)
+
+
+def _best(values: Array, active: Array) -> Array:
+    """Index `(N,)` of the lowest value among each node's active starts (`values (N, S)`)."""
+    return jnp.argmin(jnp.where(jnp.broadcast_to(active, values.shape), values, jnp.inf), axis=1)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def lowest_minima(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active):
+    """The lowest minimum of every node's proximal problem over its active starts (`minimise_lanes`).
+
+    Node `i` minimises `objective(h, node_thetas[i] + shared)` (`node_thetas`: a tuple of `(N, ...)` arrays,
+    `shared`: a tuple of unbatched values) from `starts (N, S, n)`, where `active (N, S)` (or broadcastable).
+    Returns `h (N, n)`, `grad_norm (N,)` (max-abs gradient), `start (N,)` (the index of the start kept) and
+    every start's end point `h_starts (N, S, n)` (an inactive start's is the start itself). Differentiable in
+    `node_thetas` and `shared` by the implicit function theorem at the kept minimum (`dh = -H^{-1} d_theta
+    grad_h objective`; a switch of the kept start is not differentiated; `h_starts` carries no tangent); the
+    starts are not differentiated.
+    """
+    st = node_lanes(objective, derivatives, settings, node_thetas, shared, starts, active)
+    best = _best(st.f, active)
+    pick = lambda a: jnp.take_along_axis(a, best.reshape((-1,) + (1,) * (a.ndim - 1)), axis=1)[:, 0]  # noqa: E731
+    return pick(st.h), pick(jnp.max(jnp.abs(st.g), axis=-1)), best, st.h
+
+
+@lowest_minima.defjvp
+def _lowest_minima_jvp(objective, derivatives, settings, primals, tangents):
+    node_thetas, shared, starts, active = primals
+    d_node, d_shared = tangents[0], tangents[1]
+    h, gnorm, best, hs = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+    dh = jax.vmap(lambda h_, th, dth: _implicit_tangents(objective, derivatives, h_, tuple(th) + tuple(shared),
+                                                         tuple(dth) + tuple(d_shared))[0],
+                  in_axes=(0, 0, 0))(h, tuple(node_thetas), tuple(d_node))
+    return ((h, gnorm, best, hs),
+            (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best), jnp.zeros_like(hs)))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def all_minima(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active):
+    """Every start's minimum of every node's proximal problem, none discarded (arguments as `lowest_minima`).
+
+    Returns `hs (N, S, n)`, `values (N, S)` (`inf` where not finite or the start is not active) and
+    `grad_norms (N, S)`. Differentiable: each `h` by the implicit function theorem at its own optimum, each
+    value by the envelope theorem, so a smooth function of the values (`tie_weights`) is differentiated
+    exactly, switches included.
+    """
+    st = node_lanes(objective, derivatives, settings, node_thetas, shared, starts, active)
+    values = jnp.where(jnp.broadcast_to(active, st.f.shape), st.f, jnp.inf)
+    return st.h, values, jnp.max(jnp.abs(st.g), axis=-1)
+
+
+@all_minima.defjvp
+def _all_minima_jvp(objective, derivatives, settings, primals, tangents):
+    node_thetas, shared, starts, active = primals
+    d_node, d_shared = tangents[0], tangents[1]
+    hs, values, gnorms = all_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+
+    def per_node(hk, th, dth):
+        theta, dtheta = tuple(th) + tuple(shared), tuple(dth) + tuple(d_shared)
+        return jax.vmap(lambda h_: _implicit_tangents(objective, derivatives, h_, theta,
+                                                      dtheta))(hk)
+
+    dhs, dvalues = jax.vmap(per_node)(hs, tuple(node_thetas), tuple(d_node))
+    finite = jnp.isfinite(values)
+    dhs = jnp.where(finite[..., None], dhs, 0.0)      # an inactive or failed start carries no tangent
+    dvalues = jnp.where(finite, dvalues, 0.0)
+    return (hs, values, gnorms), (dhs, dvalues, jnp.zeros_like(gnorms))
+

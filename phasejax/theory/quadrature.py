@@ -114,6 +114,20 @@ def default_quadrature(dim: int, order: int = 10, n_qmc: int = 8192) -> Quadratu
 # replica nodes are the main rule's (then no new proximal problems are solved).
 
 
+@jax.custom_jvp
+def _ndtri(p: Array) -> Array:
+    """`ndtri` (the standard normal quantile) whose derivative is the closed form `1 / phi(ndtri(p))`; JAX would
+    differentiate the rational approximations themselves, a large program for one line of calculus."""
+    return ndtri(p)
+
+
+@_ndtri.defjvp
+def _ndtri_jvp(primals, tangents):
+    (p,), (dp,) = primals, tangents
+    s = ndtri(p)
+    return s, dp * jnp.sqrt(2.0 * jnp.pi) * jnp.exp(0.5 * s * s)
+
+
 def _de_piece(lo: Array, hi: Array, n: int, shift, U: float) -> tuple[Array, Array]:
     """Nodes `s` and weights of `int g(s) phi(s) ds` over `s in (Phi^{-1}(lo), Phi^{-1}(hi))`, `0 <= lo < hi <= 1`.
 
@@ -130,44 +144,57 @@ def _de_piece(lo: Array, hi: Array, n: int, shift, U: float) -> tuple[Array, Arr
     t = lo + (hi - lo) * sp
     tc = (1.0 - hi) + (hi - lo) * sm
     tiny = jnp.finfo(t.dtype).tiny
-    s = jnp.where(t < 0.5, ndtri(jnp.maximum(t, tiny)), -ndtri(jnp.maximum(tc, tiny)))
+    s = jnp.where(t < 0.5, _ndtri(jnp.maximum(t, tiny)), -_ndtri(jnp.maximum(tc, tiny)))
     w = hu * jnp.pi * jnp.cosh(u) * sp * sm
     # normalised so that the piece's mass `hi - lo` is exact (a jump on the split is integrated exactly)
     return s, (hi - lo) * w / jnp.sum(w)
 
 
-def _pivot_direction(params, ov, hstar):
-    """Unit normal `(2,)` in `xi` space of the jump surface through the pivot (where `omega = 0`), for the
-    teacher's field `hstar (L, 1)`.
+PIVOT_STARTS = ((0.7, -0.7), (0.7, 0.7), (1.5, -1.5), (1.5, 1.5), (2.5, -0.5), (0.5, -2.5))
+"""Starts of the search for the minimiser at the pivot (`_pivot_normals`)."""
+
+
+def _pivot_normals(params, ov, hstar):
+    """Unit normals `(K, 2)` in `xi` space of the jump surface through the pivot (where `omega = 0`), for the
+    teacher's fields `hstar (K, L, 1)`.
 
     At `omega = 0` the dot-product student's loss is even in `h`, so the proximal problem has mirror minima
     `+-h_V` of equal value, and near the pivot the global minimiser switches between them across the plane
-    `omega . h_V = 0`. `h_V` is found by Newton from a few starts; where it vanishes (one basin at `h = 0`),
-    the direction of steepest change is the softest eigenvector of the Hessian there. Mapped to `xi`
-    coordinates (`omega_l = sigma_l sqrt(q0) xi_l + m_l`), the normal is proportional to `sigma_l h_V,l`.
+    `omega . h_V = 0`. `h_V` is found by damped Newton (`phasejax.theory.prox.minimise_dense`, to rounding)
+    from the starts `PIVOT_STARTS`, the lowest kept; where it vanishes (one basin at `h = 0`), the direction of
+    steepest change is the softest eigenvector of the Hessian there. Mapped to `xi` coordinates
+    (`omega_l = sigma_l sqrt(q0) xi_l + m_l`), the normal is proportional to `sigma_l h_V,l`. A plane's normal has
+    no sign, and which of the mirror minima is the lower is decided by rounding: the normal is returned with a
+    non-negative first component (`n_0` is far from zero for the dot-product student's `h_V`), so the rule is
+    the same whatever the rounding.
     """
-    from phasejax.theory.prox import newton_steps
-    from phasejax.theory.updates import closed_form_prox
+    from phasejax.theory import small_linalg
+    from phasejax.theory.prox import closed_form_prox, lane_derivatives, minimise_dense
 
     L = params.L
     dtype = hstar.dtype
+    K = hstar.shape[0]
     objective, derivatives = closed_form_prox(params)
-    T = params.target(hstar, params)
-    V_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))[None] / (params.sigma**2)[:, None, None]
-    theta = (jnp.zeros((L, 1), dtype), T, V_inv, params)
-    starts = jnp.asarray([[0.7, -0.7], [0.7, 0.7], [1.5, -1.5], [1.5, 1.5], [2.5, -0.5], [0.5, -2.5]], dtype)
-    runs = jax.vmap(lambda h0: newton_steps(lambda h: objective(h, theta), h0, 25,
-                                            derivatives=None if derivatives is None else
-                                            (lambda h: derivatives(h, theta))))(starts)
-    best = jnp.argmin(jnp.where(jnp.isfinite(runs.value), runs.value, jnp.inf))
-    h = runs.h[best]
-    H = (jax.hessian(lambda hh: objective(hh, theta))(h) if derivatives is None else derivatives(h, theta)[2])
-    evals, evecs = jnp.linalg.eigh(0.5 * (H + H.T))
-    soft = evecs[:, 0]
-    norm_h = jnp.linalg.norm(h)
+    T = jax.vmap(lambda h: params.target(h, params))(hstar)                       # (K, L, L)
+    V_inv = small_linalg.inv(0.5 * (ov.V0 + ov.V0.T))[None] / (params.sigma**2)[:, None, None]
+    zero = jnp.zeros((L, 1), dtype)
+    obj = lambda h, th: objective(h, (zero, th, V_inv, params))  # noqa: E731
+    der = lane_derivatives(obj, None if derivatives is None else
+                           (lambda h, th: derivatives(h, (zero, th, V_inv, params))))
+    starts = jnp.asarray(PIVOT_STARTS, dtype)
+    S = starts.shape[0]
+    lanes = minimise_dense(obj, der, jnp.tile(starts, (K, 1)), jnp.repeat(T, S, axis=0), 40, stop_tol=1e-12)
+    values = jnp.where(jnp.isfinite(lanes.f), lanes.f, jnp.inf).reshape(K, S)
+    best = jnp.argmin(values, axis=1)
+    h = lanes.h.reshape(K, S, 2)[jnp.arange(K), best]
+    H = lanes.H.reshape(K, S, 2, 2)[jnp.arange(K), best]
+    evals, evecs = jnp.linalg.eigh(0.5 * (H + jnp.swapaxes(H, 1, 2)))
+    soft = evecs[:, :, 0]
+    norm_h = jnp.linalg.norm(h, axis=1, keepdims=True)
     direction = jnp.where(norm_h > 1e-6, h / jnp.maximum(norm_h, 1e-300), soft)
-    n = params.sigma * direction
-    return n / jnp.linalg.norm(n)
+    n = params.sigma[None] * direction
+    n = n / jnp.linalg.norm(n, axis=1, keepdims=True)
+    return jnp.where(n[:, :1] < 0, -n, n)
 
 
 @struct.dataclass
@@ -277,7 +304,14 @@ class SplitProductRule:
             maps = field_maps(ov, params)
             xi0 = self._pivot(ov, params)
             hstar = jax.vmap(lambda e: gaussian_fields(maps, params, xi0[:, None], e[:, None])[1])(eta)
-        return jax.vmap(lambda h: _pivot_direction(params, ov, h))(hstar)
+        return _pivot_normals(params, ov, hstar)
+
+    def orientations(self, ov, params):
+        """`(frame, replica frames (n_replicas, K, 2))`: the main rule's normals and those of every replica's
+        shifted `eta` nodes (`frame` at each replica's `eta` offset), found in one batch."""
+        shifts = jnp.concatenate([jnp.asarray([0.5], ov.q0.dtype), jnp.asarray(self._shifts()[:, 0], ov.q0.dtype)])
+        frames = jax.vmap(lambda sh: self.frame(ov, params, sh))(shifts)
+        return frames[0], frames[1:]
 
     def _rotation(self, ov, params):
         """`(c, s)`: the rule's teacher and student coordinates `(eta', xi')` give `xi = s xi' + c eta'`,
@@ -348,14 +382,16 @@ class SplitProductRule:
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.rule(ov, params, frame)
 
-    def replicas(self, ov, params, frame=None) -> tuple[Quadrature, Array]:
-        # the eta offsets move the eta nodes, so every replica needs its own normals
-        rules = [self.rule(ov, params, None, *sh) for sh in self._shifts()]
-        N, K = rules[0].size, len(rules)
-        points = jnp.concatenate([q.points for q in rules])
-        W = jnp.zeros((K, K * N), points.dtype)
-        for k, q in enumerate(rules):
-            W = W.at[k, k * N:(k + 1) * N].set(q.weights)
+    def replicas(self, ov, params, frame=None, replica_frames=None) -> tuple[Quadrature, Array]:
+        """The `n_replicas` shifted rules (`replica_frames`: their normals, `orientations`; computed if `None`)
+        as one `Quadrature` of `n_replicas N` nodes and their weights `(n_replicas, n_replicas N)`."""
+        sh = jnp.asarray(self._shifts(), ov.q0.dtype)
+        if replica_frames is None:                # the eta offsets move the eta nodes: every replica has its own
+            replica_frames = self.orientations(ov, params)[1]
+        rules = jax.vmap(lambda f, e, p: self.rule(ov, params, f, e, p))(replica_frames, sh[:, 0], sh[:, 1])
+        K, N = rules.weights.shape
+        points = rules.points.reshape(K * N, -1)
+        W = (jnp.eye(K, dtype=points.dtype)[:, :, None] * rules.weights[None]).reshape(K, K * N)
         return Quadrature(points=points, weights=jnp.sum(W, 0) / K), W
 
 
@@ -408,11 +444,14 @@ class SobolRule:
     def frame(self, ov, params):
         return None
 
+    def orientations(self, ov, params):
+        return None
+
     def main(self, ov, params, frame=None) -> Quadrature:
         n = self.points.shape[0]
         return Quadrature(points=self.points.astype(ov.q0.dtype), weights=jnp.full((n,), 1.0 / n, ov.q0.dtype))
 
-    def replicas(self, ov, params, frame=None) -> tuple[Quadrature, Array]:
+    def replicas(self, ov, params, frame=None, replica_frames=None) -> tuple[Quadrature, Array]:
         q = self.main(ov, params)
         per = 2**self.log2_n
         W = jnp.repeat(jnp.eye(self.n_replicas, dtype=q.weights.dtype), per, axis=1) / per
@@ -440,10 +479,13 @@ class FixedRule:
     def frame(self, ov, params):
         return None
 
+    def orientations(self, ov, params):
+        return None
+
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.quadrature
 
-    def replicas(self, ov, params, frame=None):
+    def replicas(self, ov, params, frame=None, replica_frames=None):
         return None
 
 

@@ -52,11 +52,11 @@ import numpy as np
 from flax import struct
 
 from phasejax.precision import float64_scope
-from phasejax.theory.fields import Overlaps, field_maps, gaussian_fields, split_node
+from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams
-from phasejax.theory.prox import _newton_step, autodiff_derivatives, tie_weights
+from phasejax.theory.prox import closed_form_prox, tie_weights
 from phasejax.theory.results import spread_error
-from phasejax.theory.updates import closed_form_prox
+from phasejax.theory.updates import NodeMinima, node_fields, node_minima
 
 Array = jax.Array
 
@@ -106,112 +106,26 @@ def spectral_radius(M: Array) -> Array:
     return jnp.max(jnp.abs(jnp.linalg.eigvals(M)))
 
 
-def _lane_state(objective, derivatives, h0, theta, mu0):
-    """`(h, value, gradient, Hessian, mu)` of one lane at its start."""
-    der = _lane_derivatives(objective, derivatives, theta)
-    f, g, H = der(h0)
-    return h0, f, g, H, jnp.asarray(mu0, h0.dtype)
+@jax.named_scope("replicon")
+def minima_jacobians(minima: NodeMinima, params: TiedAttentionParams, tie_width, prox_tol: float = 1e-8):
+    """Per node `(N,)`, from its minima (`phasejax.theory.updates.node_minima`): the Jacobian `d f / d omega
+    (N, L r, L r)` of the hard selection (the lowest minimum), the smoothed one at `tie_width` (equal where
+    `tie_width = 0`), a flag for a second minimum (`RepliconResult.two_minima`), and the lowest minimiser's
+    gradient norm.
 
-
-def _lane_derivatives(objective, derivatives, theta):
-    if derivatives is None:
-        return autodiff_derivatives(lambda h: objective(h, theta))
-    return lambda h: derivatives(h, theta)
-
-
-def _lane_steps(objective, derivatives, state, theta, n_steps: int):
-    """`n_steps` damped Newton steps (`phasejax.theory.prox`'s globalised step) of one lane."""
-    obj = lambda h: objective(h, theta)  # noqa: E731
-    der = _lane_derivatives(objective, derivatives, theta)
-    return jax.lax.fori_loop(0, n_steps, lambda _, s: _newton_step(obj, der, s), state)
-
-
-def converge_lanes(objective, derivatives, h0: Array, thetas, *, n_steps: int, max_steps: int | None = None,
-                   round_steps: int = 2, buffer: float = 0.06, tol: float = 1e-8, mu0: float = 1e-10):
-    """Minimise `objective(h, theta_i)` from `h0 (M, n)` for every lane `i` (`thetas`: a pytree with leading axis
-    `M`): `(h (M, n), values (M,), grad_norms (M,), steps (M,))`, non-finite values as `inf`.
-
-    Every lane takes `n_steps` damped Newton steps (the prox's globalised step; `mu0` its initial damping).
-    With `max_steps > n_steps`, the lanes still above `tol` then continue in rounds of `round_steps` steps,
-    at most `ceil(buffer M)` lanes per round (gathered, stepped side by side, scattered back; the lowest
-    indices first), until every lane is below `tol` or has taken `max_steps` (rounded up to a whole round).
-    Most lanes converge in a few steps and a few need many: a fixed step count for all costs the slowest
-    lane's count on every lane, the rounds cost it only on the lanes that need it. Rounds are capped at
-    `4 (max_steps - n_steps) / round_steps`; a lane left above `tol` is reported by its gradient norm.
-    """
-    M = h0.shape[0]
-    state = jax.vmap(lambda h, th: _lane_state(objective, derivatives, h, th, mu0))(h0, thetas)
-    state = jax.vmap(lambda s, th: _lane_steps(objective, derivatives, s, th, n_steps))(state, thetas)
-    steps = jnp.full((M,), n_steps, jnp.int32)
-    if max_steps is not None and max_steps > n_steps:
-        B = max(1, min(M, int(np.ceil(buffer * M))))
-        n_rounds = 4 * int(np.ceil((max_steps - n_steps) / round_steps))
-        pad = lambda a: jnp.concatenate([a, a[:1]])  # noqa: E731  (a dummy lane M for the unused slots)
-        state, steps, th_pad = jax.tree_util.tree_map(pad, (state, steps, thetas))
-
-        def need(carry):
-            (h, f, g, H, mu), k, _ = carry
-            return (jnp.max(jnp.abs(g[:M]), axis=1) > tol) & (k[:M] < max_steps)
-
-        def body(carry):
-            st, k, r = carry
-            idx = jnp.nonzero(need(carry), size=B, fill_value=M)[0]
-            sub = jax.tree_util.tree_map(lambda a: a[idx], st)
-            sub = jax.vmap(lambda s, th: _lane_steps(objective, derivatives, s, th, round_steps))(
-                sub, jax.tree_util.tree_map(lambda a: a[idx], th_pad))
-            st = jax.tree_util.tree_map(lambda a, b: a.at[idx].set(b), st, sub)
-            return st, k.at[idx].add(round_steps), r + 1
-
-        state, steps, _ = jax.lax.while_loop(lambda c: jnp.any(need(c)) & (c[2] < n_rounds), body,
-                                             (state, steps, jnp.asarray(0)))
-        state, steps = jax.tree_util.tree_map(lambda a: a[:M], (state, steps))
-    h, f, g = state[0], state[1], state[2]
-    return h, jnp.where(jnp.isfinite(f), f, jnp.inf), jnp.max(jnp.abs(g), axis=1), steps
-
-
-def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie_width, *, warm: Array | None = None,
-                   n_steps: int = 30, prox_tol: float = 1e-8, max_steps: int | None = None,
-                   mu0: float = 1e-10, buffer: float = 0.06) -> tuple[Array, Array, Array, Array]:
-    """Per node `(N,)`: the Jacobian `d f / d omega (N, L r, L r)` of the hard selection, the smoothed one at
-    `tie_width` (equal where `tie_width = 0`), a flag for a second minimum (`RepliconResult.two_minima`), and the lowest
-    minimiser's gradient norm.
-
-    Every node's proximal problem is solved from `omega`, `-omega` (the mirror basin: the dot-product student is
-    even) and (optionally) `warm (N, L r)` by damped Newton (`converge_lanes`: `n_steps` steps each, then up
-    to `max_steps` where still above `prox_tol`; `max_steps=None`: exactly `n_steps`); `J_k = V^{-1}(H_k^{-1}
-    V^{-1} - I)` at every minimum `k` (implicit function theorem, `H_k` the objective's Hessian there), the
-    blend as in the module docstring.
+    `J_k = V^{-1}(H_k^{-1} V^{-1} - I)` at every minimum `k` (implicit function theorem, `H_k` the objective's
+    Hessian there), blended as in the module docstring; a minimum counts when its gradient is below `prox_tol`
+    or it is the lowest.
     """
     L, r = params.L, params.r
     n = L * r
-    maps = field_maps(ov, params)
-    V0_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))
-    V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]
+    fd = minima.fields
+    V_inv = fd.V_inv
     Vb = jax.scipy.linalg.block_diag(*[V_inv[l] for l in range(L)])
     objective, derivatives = closed_form_prox(params)
     hess = (lambda h, th: derivatives(h, th)[2]) if derivatives is not None else jax.hessian(objective)
-    eye = jnp.eye(n, dtype=ov.q0.dtype)
-    tau = jnp.asarray(tie_width, ov.q0.dtype)
-
-    def fields(z):
-        xi, eta = split_node(z, params)
-        omega, hstar = gaussian_fields(maps, params, xi, eta)
-        return omega, params.target(hstar, params)
-
-    omegas, targets = jax.vmap(fields)(points)                      # (N, L, r), (N, ...)
-    N = points.shape[0]
-    w_all = omegas.reshape(N, n)
-    starts = jnp.stack([w_all, -w_all] + ([] if warm is None else [warm]), axis=1)      # (N, S, n)
-    S = starts.shape[1]
-    lane_node = jnp.repeat(jnp.arange(N), S)
-    thetas = jax.lax.stop_gradient((omegas[lane_node], jax.tree_util.tree_map(lambda a: a[lane_node], targets)))
-    lane_objective = lambda h, th: objective(h, (th[0], th[1], V_inv, params))  # noqa: E731
-    lane_derivatives = None if derivatives is None else (lambda h, th: derivatives(h, (th[0], th[1], V_inv, params)))
-    hs, values, gnorms, _ = converge_lanes(lane_objective, lane_derivatives,
-                                           jax.lax.stop_gradient(starts.reshape(N * S, n)), thetas,
-                                           n_steps=n_steps, max_steps=max_steps, tol=prox_tol, mu0=mu0,
-                                           buffer=buffer)
-    hs, values, gnorms = hs.reshape(N, S, n), values.reshape(N, S), gnorms.reshape(N, S)
+    eye = jnp.eye(n, dtype=V_inv.dtype)
+    tau = jnp.asarray(tie_width, V_inv.dtype)
 
     def node(omega, T, hs, values, gnorms):
         theta = (omega, T, V_inv, params)
@@ -231,7 +145,24 @@ def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie
         two = jnp.sum(near > 1e-9) > 1
         return Js[best], J_smooth, two, gnorms[best]
 
-    return jax.vmap(node)(omegas, targets, hs, values, gnorms)
+    return jax.vmap(node)(fd.omega, fd.T, minima.hs, minima.values, minima.grad_norms)
+
+
+def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie_width, *, warm: Array | None = None,
+                   n_steps: int = 30, prox_tol: float = 1e-8, max_steps: int | None = None,
+                   mu0: float = 1e-10) -> tuple[Array, Array, Array, Array]:
+    """`minima_jacobians` of the nodes `points`, every node's proximal problem solved from `omega`, `-omega` (the
+    mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` by damped Newton
+    (`phasejax.theory.prox.minimise_lanes`), each start until it has converged, at most `max(n_steps,
+    max_steps)` steps (`mu0`: the initial damping)."""
+    fd = node_fields(ov, params, points)
+    N = points.shape[0]
+    w_all = fd.omega.reshape(N, -1)
+    starts = jnp.stack([w_all, -w_all] + ([] if warm is None else [warm]), axis=1)      # (N, S, n)
+    cap = max(int(n_steps), int(max_steps or 0))
+    minima = node_minima(ov, params, points, starts, jnp.ones((starts.shape[1],), bool), n_steps=cap,
+                         prox_tol=prox_tol, mu0=mu0)
+    return minima_jacobians(minima, params, tie_width, prox_tol)
 
 
 def _second_moments(J: Array, L: int, r: int) -> Array:
@@ -273,38 +204,52 @@ def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: fl
     with float64_scope():
         ov = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), ov)
         frame = scheme.frame(ov, params) if frame is None else frame
-        rule = scheme.main(ov, params, frame)
-        n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
-        if n_rep >= 2:
-            quad_all, W = scheme.replicas(ov, params, frame)
-            shares = bool(scheme.shares_main_nodes)
-            if shares:
-                points, w_main, W_rep = quad_all.points, quad_all.weights, W
-            else:
-                N = rule.points.shape[0]
-                points = jnp.concatenate([rule.points, quad_all.points])
-                w_main = jnp.concatenate([rule.weights, jnp.zeros(quad_all.points.shape[0], rule.weights.dtype)])
-                W_rep = jnp.concatenate([jnp.zeros((W.shape[0], N), W.dtype), W], axis=1)
-        else:
-            points, w_main, W_rep = rule.points, rule.weights, None
-        J_reg, J_tau, two, gnorm = node_jacobians(ov, params, points, tie_width, n_steps=n_steps, prox_tol=prox_tol,
-                                                  max_steps=max_steps, mu0=mu0)
-        tau = jnp.asarray(tie_width, jnp.float64)
+        points, w_main, W_rep, shares = replicon_nodes(scheme, ov, params, frame)
+        jac = node_jacobians(ov, params, points, tie_width, n_steps=n_steps, prox_tol=prox_tol, max_steps=max_steps,
+                             mu0=mu0)
+        return replicon_from_jacobians(jac, w_main, W_rep, shares, ov, params, tie_width, prox_tol)
 
-        def evaluate(w):
-            reg = replicon_from_nodes(J_reg, w, ov, params)
-            val = replicon_from_nodes(J_tau, w, ov, params) if tie_width > 0 else reg
-            return val, reg, tau * (val - reg)
 
-        val, reg, jump = evaluate(w_main)
-        nan = jnp.full((), jnp.nan)
-        errs = (nan, nan, nan)
-        if W_rep is not None:
-            reps = jax.vmap(evaluate)(W_rep)
-            errs = tuple(spread_error(m, k, main_is_mean=shares) for m, k in zip((val, reg, jump), reps))
-        return RepliconResult(value=val, regular=reg, jump=jump, two_minima=w_main @ two.astype(jnp.float64),
-                              prox_unconverged=w_main @ (gnorm > prox_tol).astype(jnp.float64), tie_width=tau,
-                              value_err=errs[0], regular_err=errs[1], jump_err=errs[2])
+def replicon_nodes(scheme, ov: Overlaps, params: TiedAttentionParams, frame=None, replica_frames=None):
+    """The nodes the replicon is averaged on and its weights: `(points (M, D), w_main (M,), W_rep (K, M) or None,
+    shares)`: the main rule's nodes followed by its replicas' (or, for a scheme whose replicas share the main
+    rule's nodes, those nodes), the main rule's weights on them and each replica's (`shares`: the scheme's
+    `shares_main_nodes`)."""
+    rule = scheme.main(ov, params, frame)
+    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    if n_rep < 2:
+        return rule.points, rule.weights, None, False
+    quad_all, W = scheme.replicas(ov, params, frame, replica_frames)
+    if scheme.shares_main_nodes:
+        return quad_all.points, quad_all.weights, W, True
+    N = rule.points.shape[0]
+    points = jnp.concatenate([rule.points, quad_all.points])
+    w_main = jnp.concatenate([rule.weights, jnp.zeros(quad_all.points.shape[0], rule.weights.dtype)])
+    W_rep = jnp.concatenate([jnp.zeros((W.shape[0], N), W.dtype), W], axis=1)
+    return points, w_main, W_rep, False
+
+
+def replicon_from_jacobians(jacobians, w_main: Array, W_rep: Array | None, shares: bool, ov: Overlaps,
+                            params: TiedAttentionParams, tie_width: float, prox_tol: float = 1e-8) -> RepliconResult:
+    """`RepliconResult` from the per-node `(J_regular, J_smoothed, two_minima, grad_norm)` of `minima_jacobians`
+    on the nodes of `replicon_nodes` (weights `w_main` and, for the errors, `W_rep`)."""
+    J_reg, J_tau, two, gnorm = jacobians
+    tau = jnp.asarray(tie_width, w_main.dtype)
+
+    def evaluate(w):
+        reg = replicon_from_nodes(J_reg, w, ov, params)
+        val = replicon_from_nodes(J_tau, w, ov, params) if tie_width > 0 else reg
+        return val, reg, tau * (val - reg)
+
+    val, reg, jump = evaluate(w_main)
+    nan = jnp.full((), jnp.nan, w_main.dtype)
+    errs = (nan, nan, nan)
+    if W_rep is not None:
+        reps = jax.vmap(evaluate)(W_rep)
+        errs = tuple(spread_error(m, k, main_is_mean=shares) for m, k in zip((val, reg, jump), reps))
+    return RepliconResult(value=val, regular=reg, jump=jump, two_minima=w_main @ two.astype(w_main.dtype),
+                          prox_unconverged=w_main @ (gnorm > prox_tol).astype(w_main.dtype), tie_width=tau,
+                          value_err=errs[0], regular_err=errs[1], jump_err=errs[2])
 
 
 JUMP_TOL = 1e-7
@@ -341,6 +286,14 @@ REPLICON_COLUMNS = ("replicon", "replicon_err", "replicon_regular", "replicon_re
                     "replicon_jump_err", "two_minima")
 
 
+def replicon_result_columns(r: RepliconResult, converged) -> dict:
+    """`REPLICON_COLUMNS` of a `RepliconResult` (any leading shape), NaN where not `converged`."""
+    vals = dict(replicon=r.value, replicon_err=r.value_err, replicon_regular=r.regular,
+                replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
+                two_minima=r.two_minima)
+    return {k: jnp.where(converged, v, jnp.nan) for k, v in vals.items()}
+
+
 def replicon_columns(ov: Overlaps, params: TiedAttentionParams, scheme, converged,
                      tie_width: float = DEFAULT_TIE_WIDTH, n_steps: int = REPLICON_STEPS,
                      max_steps: int | None = REPLICON_MAX_STEPS, mu0: float = REPLICON_MU0) -> dict:
@@ -349,10 +302,7 @@ def replicon_columns(ov: Overlaps, params: TiedAttentionParams, scheme, converge
     Every start takes `n_steps` damped Newton steps and, where still above the tolerance, up to `max_steps`
     (`replicon`)."""
     r = replicon(ov, params, scheme, tie_width=tie_width, n_steps=n_steps, max_steps=max_steps, mu0=mu0)
-    vals = dict(replicon=r.value, replicon_err=r.value_err, replicon_regular=r.regular,
-                replicon_regular_err=r.regular_err, replicon_jump=r.jump, replicon_jump_err=r.jump_err,
-                two_minima=r.two_minima)
-    return {k: jnp.where(converged, v, jnp.nan) for k, v in vals.items()}
+    return replicon_result_columns(r, converged)
 
 
 def overlaps_from_columns(table, i: int, params: TiedAttentionParams) -> Overlaps:

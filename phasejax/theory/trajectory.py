@@ -19,7 +19,8 @@ from phasejax.precision import uses_float64
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.branches import BranchInit
-from phasejax.theory.solver import MapApproximation, SEProblem, initial_warm, resolve_scheme, se_map
+from phasejax.theory.se_map import MapApproximation, SEProblem, initial_warm, se_map
+from phasejax.theory.solver import resolve_scheme
 
 
 @functools.partial(jax.jit, static_argnames=("n_iter", "approximation"))

@@ -23,6 +23,8 @@ Jacobian the solver's Newton steps use.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,8 +40,18 @@ from phasejax.theory.fields import (
     split_node,
     sym_sqrt_pinv,
 )
+from phasejax.theory import small_linalg
 from phasejax.theory.params import TiedAttentionParams
-from phasejax.theory.prox import envelope_derivatives, moreau_minimiser, moreau_minimisers, tie_weights
+from phasejax.theory.prox import (
+    LaneSettings,
+    all_minima,
+    node_lanes,
+    closed_form_prox,
+    envelope_derivatives,
+    lowest_minima,
+    moreau_objective,
+    tie_weights,
+)
 from phasejax.theory.quadrature import Quadrature
 
 Array = jax.Array
@@ -57,6 +69,8 @@ class NodeValues:
         `hat_form="implicit"`, else `None`).
       ff: `(N, L, r, r)` the weighted second moment `sum_k w_k f_k f_k^T` over a node's minima (only with a
         `tie_width`, else `None`: then it is `f f^T`).
+      h_starts: `(N, S, L r)` where every start ended (`S = 3`: warm, mirror, field; `1` for `prox_starts="zero"`;
+        an inactive start's is the start itself); not differentiated.
     """
 
     f: Array
@@ -69,68 +83,13 @@ class NodeValues:
     df_domega: Array | None = None
     df_dhstar: Array | None = None
     ff: Array | None = None
+    h_starts: Array | None = None
 
 
-def moreau_objective(h_flat: Array, theta) -> Array:
-    """`sum_l 1/2 (h_l - omega_l)^T V_l^{-1} (h_l - omega_l) + ell(h, T)`; `theta = (omega (L, r), T (L, L), V_inv (L, r, r), params)`."""
-    omega, T, V_inv, params = theta
-    h = h_flat.reshape(omega.shape)
-    dh = h - omega
-    return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + sample_loss(h, T, params)
-
-
-def pair_dot_product_derivatives(h_flat: Array, theta) -> tuple[Array, Array, Array]:
-    """Closed-form value, gradient `(2,)` and Hessian `(2, 2)` of `moreau_objective` for `L = 2`, `r = 1`
-    and the dot-product student `S(h) = softmax(h h^T)`.
-
-    With `h = (a, b)`, `S_11 = sigmoid(z_1)`, `z_1 = a (a - b)`, `S_22 = sigmoid(z_2)`,
-    `z_2 = b (b - a)` and rows summing to one, the loss is
-    `ell = 1/2 Sigma [(S_11 - c_1)^2 + (S_22 - c_2)^2] + const` with `Sigma = sigma_1^2 + sigma_2^2`,
-    `c_1 = (T_11 sigma_1^2 + (1 - T_12) sigma_2^2) / Sigma`, `c_2 = ((1 - T_21) sigma_1^2 + T_22 sigma_2^2) / Sigma`;
-    the chain rule through `z_1, z_2` gives the gradient and Hessian. The value is computed directly.
-    """
-    omega, T, V_inv, params = theta
-    s2 = params.sigma**2
-    Sig = s2[0] + s2[1]
-    a, b = h_flat[0], h_flat[1]
-    z = jnp.stack([a * (a - b), b * (b - a)])
-    u = jax.nn.sigmoid(z)
-    du = u * (1.0 - u)
-    d2u = du * (1.0 - 2.0 * u)
-    c = jnp.stack([T[0, 0] * s2[0] + (1.0 - T[0, 1]) * s2[1], (1.0 - T[1, 0]) * s2[0] + T[1, 1] * s2[1]]) / Sig
-    dpsi = Sig * (u - c) * du
-    d2psi = Sig * (du**2 + (u - c) * d2u)
-    gz = jnp.array([[2.0 * a - b, -a], [-b, 2.0 * b - a]])           # row i: grad of z_i
-    hz = jnp.array([[[2.0, -1.0], [-1.0, 0.0]], [[0.0, -1.0], [-1.0, 2.0]]])
-    v_inv = V_inv[:, 0, 0]
-    dh = h_flat - omega[:, 0]
-    grad = dpsi @ gz + v_inv * dh
-    hess = (jnp.einsum("i,ij,ik->jk", d2psi, gz, gz) + jnp.einsum("i,ijk->jk", dpsi, hz) + jnp.diag(v_inv))
-    S = jnp.array([[u[0], 1.0 - u[0]], [1.0 - u[1], u[1]]])
-    value = 0.5 * jnp.sum(v_inv * dh**2) + 0.5 * jnp.sum((T - S) ** 2 * s2[None, :])
-    return value, grad, hess
-
-
-def pair_dot_product_objective(h_flat: Array, theta) -> Array:
-    """`moreau_objective` in closed form for `L = 2`, `r = 1` and the dot-product student (see
-    `pair_dot_product_derivatives`); equal to the generic one, cheaper."""
-    omega, T, V_inv, params = theta
-    s2 = params.sigma**2
-    a, b = h_flat[0], h_flat[1]
-    u = jax.nn.sigmoid(jnp.stack([a * (a - b), b * (b - a)]))
-    dh = h_flat - omega[:, 0]
-    S = jnp.array([[u[0], 1.0 - u[0]], [1.0 - u[1], u[1]]])
-    return 0.5 * jnp.sum(V_inv[:, 0, 0] * dh**2) + 0.5 * jnp.sum((T - S) ** 2 * s2[None, :])
-
-
-def closed_form_prox(params: TiedAttentionParams):
-    """`(objective, derivatives)` in closed form when they apply to `params` (`L = 2`, `r = 1`,
-    dot-product student), else `(moreau_objective, None)` (autodiff)."""
-    from phasejax.theory.params import dot_product_student
-
-    if params.L == 2 and params.r == 1 and params.student is dot_product_student:
-        return pair_dot_product_objective, pair_dot_product_derivatives
-    return moreau_objective, None
+STOP_TOL_FACTOR = 1e-5
+"""A start of a node's prox stops when its gradient is below `STOP_TOL_FACTOR * prox_tol`: Newton converges
+quadratically, so the step that passes `prox_tol` usually lands far below it, and the minimisers (and the map)
+are then exact to rounding, whatever the number of steps each start took."""
 
 
 def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: Array, alt_mode,
@@ -139,83 +98,174 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
                 hat_form: str = "stein", tie_width: float = 0.0) -> NodeValues:
     """Solve the proximal problem at every node `points (N, L (r + t))`.
 
-    Starts: `warm (N, L r)` (the previous minimiser of the node; `n_warm_steps`
-    damped Newton steps, default `n_steps`) and an alternative (`n_steps`
-    steps): `-warm` when `alt_mode == 0` (the mirror basin: the dot-product
-    student is even in `h`) or `omega` when `alt_mode == 1`; with
-    `extra_starts` both alternatives. The lowest objective is kept
-    (`moreau_minimiser`, differentiable in the state; closed forms where
-    `closed_form_prox` applies). `prox_starts="zero"` instead runs one local
-    search from `h = 0` (the published method; it misses the global minimum
-    where the mirror basin is lower). `hat_form="implicit"` adds the
-    pointwise implicit derivatives of `f` (for the implicit-form hats).
+    Starts: `warm (N, L r)` (the previous minimiser of the node; at most `n_warm_steps` damped Newton steps,
+    default `n_steps`) and alternatives (at most `n_steps` steps each): `-warm` when `alt_mode == 0` (the
+    mirror basin: the dot-product student is even in `h`), `omega` when `alt_mode == 1`, none when
+    `alt_mode == -1` (`alt_mode` may be traced); with `extra_starts` both alternatives. `prox_starts="zero"`
+    instead runs one local search from `h = 0` (the published method; it misses the global minimum where the
+    mirror basin is lower). The minimisation itself is `node_values_at`'s.
+
+    `tie_width > 0` (an energy) replaces the hard selection by `tie_weights` (see `node_values_at`). It
+    always uses both alternative starts (as with `extra_starts`), so that the minima found do not depend on
+    `alt_mode`.
+    """
+    if prox_starts not in ("multi", "zero"):
+        raise ValueError(f"prox_starts must be 'multi' or 'zero', got {prox_starts!r}")
+    L, r = params.L, params.r
+    N = points.shape[0]
+    n_warm = n_steps if n_warm_steps is None else n_warm_steps
+    if prox_starts == "zero":
+        return node_values_at(ov, params, points, jnp.zeros((N, 1, L * r), warm.dtype), jnp.ones((1,), bool),
+                              n_steps=(n_steps + n_warm,), psd_tol=psd_tol, prox_tol=prox_tol, hat_form=hat_form,
+                              tie_width=tie_width)
+    extra_starts = extra_starts or tie_width > 0       # a blend needs the same minima found at every call
+    maps = field_maps(ov, params, psd_tol)
+    xi = jax.vmap(lambda z: split_node(z, params)[0])(points)
+    w = (params.sigma[None, :, None] * (xi @ maps.sqrt_q0.T) + maps.m_tokens[None]).reshape(N, L * r)
+    mode = jnp.asarray(alt_mode)
+    active = jnp.stack([jnp.asarray(True), (mode == 0) | extra_starts, (mode == 1) | extra_starts])
+    return node_values_at(ov, params, points, jnp.stack([warm, -warm, w], axis=1), active,
+                          n_steps=(n_warm, n_steps, n_steps), psd_tol=psd_tol, prox_tol=prox_tol, hat_form=hat_form,
+                          tie_width=tie_width)
+
+
+class NodeFields(NamedTuple):
+    """The fields of every node: `xi (N, L, r)`, `eta (N, L, t)`, `omega (N, L, r)`, `hstar (N, L, t)`, the target
+    `T (N, L, L)`, and the prox's quadratic weights `V_inv (L, r, r)` (`V_l^{-1}`)."""
+
+    xi: Array
+    eta: Array
+    omega: Array
+    hstar: Array
+    T: Array
+    V_inv: Array
+
+
+def node_fields(ov: Overlaps, params: TiedAttentionParams, points: Array, psd_tol: float = 1e-10) -> NodeFields:
+    """The Gaussian fields, targets and prox weights at every node `points (N, L (r + t))`."""
+    maps = field_maps(ov, params, psd_tol)
+    V0_inv = small_linalg.inv(0.5 * (ov.V0 + ov.V0.T))
+    V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]
+    xi, eta = jax.vmap(lambda z: split_node(z, params))(points)
+    omega, hstar = jax.vmap(lambda a, b: gaussian_fields(maps, params, a, b))(xi, eta)
+    T = jax.vmap(lambda hs: params.target(hs, params))(hstar)
+    return NodeFields(xi=xi, eta=eta, omega=omega, hstar=hstar, T=T, V_inv=V_inv)
+
+
+def lane_settings(n_steps, n_starts: int, prox_tol: float, **kw) -> LaneSettings:
+    """`LaneSettings` for `n_starts` starts of at most `n_steps` steps each (an int or one per start), stopping at
+    `STOP_TOL_FACTOR * prox_tol`."""
+    caps = tuple(int(k) for k in np.broadcast_to(np.asarray(n_steps), (n_starts,)))
+    return LaneSettings(max_steps=caps, stop_tol=STOP_TOL_FACTOR * prox_tol, **kw)
+
+
+class NodeMinima(NamedTuple):
+    """Every start's minimum at every node (not differentiated): `hs (N, S, L r)`, `values (N, S)` (`inf` where not
+    finite or the start was not active), `grad_norms (N, S)`, and the nodes' `fields` (`NodeFields`)."""
+
+    hs: Array
+    values: Array
+    grad_norms: Array
+    fields: NodeFields
+
+
+def node_minima(ov: Overlaps, params: TiedAttentionParams, points: Array, starts: Array, active: Array, *,
+                n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, **lanes) -> NodeMinima:
+    """Minimise every node's proximal problem from each of its starts `starts (N, S, L r)` where `active`
+    (`(N, S)` or broadcastable), at most `n_steps` steps each, every start kept (`NodeMinima`). The computation
+    of `node_values_at` without its selection and derivatives: for what is read off the minima at a fixed
+    state (error replicas, the replicon). `lanes`: more `LaneSettings` (e.g. `mu0`)."""
+    fields = node_fields(ov, params, points, psd_tol)
+    objective, derivatives = closed_form_prox(params)
+    settings = lane_settings(n_steps, starts.shape[1], prox_tol, **lanes)
+    st = node_lanes(objective, derivatives, settings, (fields.omega, fields.T), (fields.V_inv, params),
+                    jax.lax.stop_gradient(starts), active)
+    values = jnp.where(jnp.broadcast_to(active, st.f.shape), st.f, jnp.inf)
+    return NodeMinima(hs=st.h, values=values, grad_norms=jnp.max(jnp.abs(st.g), axis=-1), fields=fields)
+
+
+def lowest_values(minima: NodeMinima, params: TiedAttentionParams) -> NodeValues:
+    """`NodeValues` of the lowest minimum of every node (the hard selection; Stein form, no derivatives)."""
+    fd = minima.fields
+    L, r = params.L, params.r
+    best = jnp.argmin(minima.values, axis=1)
+    pick = lambda a: jnp.take_along_axis(a, best.reshape((-1,) + (1,) * (a.ndim - 1)), axis=1)[:, 0]  # noqa: E731
+    h = pick(minima.hs)
+    N = h.shape[0]
+    hm = h.reshape(N, L, r)
+    f = jnp.einsum("lab,nlb->nla", fd.V_inv, hm - fd.omega)
+    loss = jax.vmap(lambda hh, t: sample_loss(hh, t, params))(hm, fd.T)
+    return NodeValues(f=f, h=h, envelope=pick(minima.values), loss=loss, grad_norm=pick(minima.grad_norms),
+                      xi=fd.xi, eta=fd.eta, h_starts=minima.hs)
+
+
+def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, starts: Array, active: Array, *,
+                   n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, hat_form: str = "stein",
+                   tie_width: float = 0.0) -> NodeValues:
+    """Solve the proximal problem at every node `points (N, L (r + t))` from the starts `starts (N, S, L r)`
+    where `active` (`(N, S)` or broadcastable, may be traced; the first start must be active), each start
+    taking at most `n_steps` damped Newton steps (an int or one per start).
+
+    Each start stops as soon as its gradient is below `STOP_TOL_FACTOR * prox_tol`
+    (`phasejax.theory.prox.minimise_lanes`: a start costs the steps it needs), and the lowest objective is kept
+    (`lowest_minima`, differentiable in the state; closed forms where `closed_form_prox` applies).
+    `hat_form="implicit"` adds the pointwise implicit derivatives of `f` (for the implicit-form hats).
 
     `tie_width > 0` (an energy) replaces the hard selection by `tie_weights`:
     `f`, `f f^T` (`ff`), the envelope and the loss are averages over the
     node's distinct minima with weights `softmax(-M_k / tie_width)`, so a node
     whose two basins are within a few `tie_width` of each other contributes a
     mixture instead of jumping from one to the other (theory notes, section
-    8.5; Stein form only). It always uses both alternative starts (as with
-    `extra_starts`), so that the minima found do not depend on `alt_mode`. `h`
-    stays the lowest start's minimiser (the next warm start). A start that
-    has not converged (gradient above `prox_tol`) and is not the lowest gets
-    no weight: after a few Newton steps it may be anywhere on its way to a
-    minimum that another start has already reached.
+    8.5; Stein form only). `h` stays the lowest start's minimiser (the next
+    warm start). A start that has not converged (gradient above `prox_tol`)
+    and is not the lowest gets no weight: after a few Newton steps it may be
+    anywhere on its way to a minimum that another start has already reached.
     """
     L, r = params.L, params.r
-    maps = field_maps(ov, params, psd_tol)
-    V0_inv = jnp.linalg.inv(0.5 * (ov.V0 + ov.V0.T))
-    V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]
-    if prox_starts not in ("multi", "zero"):
-        raise ValueError(f"prox_starts must be 'multi' or 'zero', got {prox_starts!r}")
     if hat_form not in ("stein", "implicit"):
         raise ValueError(f"hat_form must be 'stein' or 'implicit', got {hat_form!r}")
     check_tie_width(tie_width, hat_form)
     objective, derivatives = closed_form_prox(params)
-    n_warm = n_steps if n_warm_steps is None else n_warm_steps
-    extra_starts = extra_starts or tie_width > 0       # a blend needs the same minima found at every call
+    fd = node_fields(ov, params, points, psd_tol)
+    xi, eta, omega, hstar, T, V_inv = fd
+    N = points.shape[0]
+    settings = lane_settings(n_steps, starts.shape[1], prox_tol)
+    starts = jax.lax.stop_gradient(starts)
+    node_thetas, shared = (omega, T), (V_inv, params)
 
-    def node(z, h_warm):
-        xi, eta = split_node(z, params)
-        omega, hstar = gaussian_fields(maps, params, xi, eta)
-        T = params.target(hstar, params)
-        theta = (omega, T, V_inv, params)
-        w = omega.reshape(-1)
-        if prox_starts == "zero":
-            starts, steps = (jnp.zeros((1, L * r), w.dtype),), (n_steps + n_warm,)
-        elif extra_starts:
-            starts, steps = (h_warm[None], jnp.stack([-h_warm, w])), (n_warm, n_steps)
-        else:
-            starts, steps = (h_warm[None], jnp.where(alt_mode == 0, -h_warm, w)[None]), (n_warm, n_steps)
-        if tie_width > 0:
-            hs, values, gnorms = moreau_minimisers(objective, theta, starts, n_steps=steps, tol=prox_tol,
-                                                   derivatives=derivatives)
+    if tie_width > 0:
+        hs, values, gnorms = all_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+
+        def blend(hs, values, gnorms, omega, T):
             # a start still on its way (not converged) is left out unless it is the lowest: after a few Newton
             # steps it may sit anywhere on the way to a minimum another start has reached
             counted = (gnorms <= prox_tol) | (jnp.arange(values.shape[0]) == jnp.argmin(values))
-            w = tie_weights(jnp.where(counted, values, jnp.inf), tie_width, hs)
+            wts = tie_weights(jnp.where(counted, values, jnp.inf), tie_width, hs)
             hks = hs.reshape(-1, L, r)
             fk = jnp.einsum("lab,klb->kla", V_inv, hks - omega[None])
-            f = jnp.einsum("k,kla->la", w, fk)
-            ff = jnp.einsum("k,kla,klb->lab", w, fk, fk)
-            envelope = w @ jnp.where(w > 0, values, 0.0)
-            loss = w @ jax.vmap(lambda hk: sample_loss(hk, T, params))(hks)
-            gnorm = jnp.max(jnp.where(w > 0, gnorms, 0.0))
-            h = hs[jnp.argmin(values)]
-            return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff)
-        h, gnorm, _ = moreau_minimiser(objective, theta, starts, n_steps=steps, tol=prox_tol,
-                                       derivatives=derivatives)
-        hm = h.reshape(L, r)
-        f = jnp.einsum("lab,lb->la", V_inv, hm - omega)
-        dfdw = dfdh = None
-        if hat_form == "implicit":
-            der = envelope_derivatives(lambda hh, hs: sample_loss(hh, params.target(hs, params), params),
-                                       hm, omega, V_inv, hstar)
-            dfdw, dfdh = der.df_domega, der.df_dhstar
-        return NodeValues(f=f, h=h, envelope=moreau_objective(h, theta), loss=sample_loss(hm, T, params),
-                          grad_norm=gnorm, xi=xi, eta=eta, df_domega=dfdw, df_dhstar=dfdh)
+            f = jnp.einsum("k,kla->la", wts, fk)
+            ff = jnp.einsum("k,kla,klb->lab", wts, fk, fk)
+            envelope = wts @ jnp.where(wts > 0, values, 0.0)
+            loss = wts @ jax.vmap(lambda hk: sample_loss(hk, T, params))(hks)
+            gnorm = jnp.max(jnp.where(wts > 0, gnorms, 0.0))
+            return f, hs[jnp.argmin(values)], envelope, loss, gnorm, ff
 
-    return jax.vmap(node)(points, warm)
+        f, h, envelope, loss, gnorm, ff = jax.vmap(blend)(hs, values, gnorms, omega, T)
+        return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff,
+                          h_starts=jax.lax.stop_gradient(hs))
+
+    h, gnorm, _, h_starts = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+    hm = h.reshape(N, L, r)
+    f = jnp.einsum("lab,nlb->nla", V_inv, hm - omega)
+    envelope = jax.vmap(lambda hh, om, t: moreau_objective(hh, (om, t, V_inv, params)))(h, omega, T)
+    loss = jax.vmap(lambda hh, t: sample_loss(hh, t, params))(hm, T)
+    dfdw = dfdh = None
+    if hat_form == "implicit":
+        der = jax.vmap(lambda hh, om, hs: envelope_derivatives(
+            lambda a, b: sample_loss(a, params.target(b, params), params), hh, om, V_inv, hs))(hm, omega, hstar)
+        dfdw, dfdh = der.df_domega, der.df_dhstar
+    return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, df_domega=dfdw,
+                      df_dhstar=dfdh, h_starts=h_starts)
 
 
 def check_tie_width(tie_width, hat_form: str) -> None:
@@ -270,7 +320,7 @@ def hold_hats(hats: Hats, hold_m: Array, hold_theta: Array) -> Hats:
 def overlap_updates(hats: Hats, params: TiedAttentionParams) -> Overlaps:
     """Entropic updates for the ridge penalty (module docstring); closed form."""
     G, qhat_eff, thetahat_eff, Mhat = effective_hats(hats, params)
-    G_inv = jnp.linalg.inv(G)
+    G_inv = small_linalg.inv(G)
     G_inv = 0.5 * (G_inv + G_inv.T)
     inner = qhat_eff + Mhat.T @ Mhat + thetahat_eff.T @ thetahat_eff
     q0 = G_inv @ inner @ G_inv

@@ -29,7 +29,7 @@ from phasejax.theory import make_params, solve_state_evolution
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import FixedRule, Quadrature, gauss_hermite
 from phasejax.theory.branches import BranchInit
-from phasejax.theory.solver import MapApproximation, SEProblem, initial_warm, se_map
+from phasejax.theory.se_map import MapApproximation, SEProblem, initial_warm, se_map
 
 # a generic valid rank-2 state (no symmetry: m, theta0 along different directions, q0 not diagonal)
 STATE = dict(q0=[[0.45, 0.08], [0.08, 0.7]], m=[[0.22, -0.05]], V0=[[50.0, 3.0], [3.0, 40.0]], theta0=[[0.1, 0.3]])

@@ -11,13 +11,15 @@ from phasejax import float64_scope
 from phasejax.theory import envelope_derivatives, make_params, moreau_prox, newton_minimize
 from phasejax.theory import MapApproximation
 from phasejax.theory.fields import Overlaps, sample_loss
-from phasejax.theory.prox import moreau_minimiser, moreau_minimisers, tie_weights
-from phasejax.theory.updates import (
+from phasejax.theory.prox import (
+    moreau_minimiser,
+    moreau_minimisers,
     moreau_objective,
-    node_values,
     pair_dot_product_derivatives,
     pair_dot_product_objective,
+    tie_weights,
 )
+from phasejax.theory.updates import node_values
 
 
 @pytest.fixture(autouse=True)

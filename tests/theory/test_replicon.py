@@ -19,7 +19,7 @@ from phasejax.theory.replicon import (
     rs_stable,
     spectral_radius,
 )
-from phasejax.theory.updates import moreau_objective
+from phasejax.theory.prox import moreau_objective
 
 
 def linear_output(h, params):

@@ -1,0 +1,95 @@
+"""Continuation along `alpha`: a row of state-evolution solves, each started from the last (theory notes, 8.4).
+
+A row is one `lax.scan` over its `alpha`s whose step is everything one point needs: the Newton solve (all its
+stages, `phasejax.theory.newton`), the losses, stabilities and error bars (`postprocess`) and, optionally,
+the replicon (`phasejax.theory.replicon`). Each is traced once, however long the row; a single cold solve is
+the same scan on one point. What a point carries to the next (`RowCarry`): the last two fixed points and
+their `alpha` (the next start is extrapolated linearly from them), the count of successes, and the node
+minimisers and rule orientation of the last success.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from phasejax.solvers import Status
+from phasejax.theory.branches import BranchInit
+from phasejax.theory.fields import field_maps
+from phasejax.theory.newton import NewtonSE, SEConfig, postprocess, run_newton
+from phasejax.theory.se_map import MapApproximation, SEProblem, initial_warm
+
+Array = jax.Array
+
+
+class RowCarry(NamedTuple):
+    """What a continuation row (`continuation`) carries from one point to the next."""
+
+    x_last: Array      # (n,) the last converged fixed point
+    x_prev: Array      # (n,) the one before it (the secant's other end)
+    a_last: Array      # () alpha of `x_last`
+    a_prev: Array      # () alpha of `x_prev`
+    n_ok: Array        # () converged solves since the row started
+    warm: Array        # (N, L r) node minimisers of the last success
+    frame: object      # the rule's orientation at the last success (None for a rule without one)
+
+
+def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, approximation: MapApproximation,
+                 kappa=None, *, retry: bool = True, replicon_tie_width: float | None = None):
+    """Continuation along `alphas (A,)` with a cold start at `alphas[0]`: `(results (A,), final warm, final frame)`;
+    with `replicon_tie_width` (static), `results` is `(SEResult (A,), RepliconResult (A,))`.
+
+    Each solve starts from the previous fixed point (secant-extrapolated from the last two), its node minimisers
+    and its quadrature orientation; a failed solve is reported and the next one restarts from the last success
+    (with the cold cap `max_iter` until a first success). The cold first point of an adaptive rule takes two
+    stages: solve with the rule oriented at `init`, re-orient at that solution and solve again (the returned
+    fixed point is that of the rule oriented at it; its `iterations` count both stages). With `retry`, a failed
+    solve is solved once more from its last iterate with the rule re-oriented there. The replicon of every
+    point (`phasejax.theory.replicon`, at the smoothing `replicon_tie_width`) shares the error replicas' prox
+    minima (`phasejax.theory.newton.postprocess`); it is meaningful where the point converged.
+    """
+    solver = NewtonSE(config, kappa)
+    x0, unravel = ravel_pytree(init.overlaps)
+    p0 = params.replace(alpha=alphas[0])
+    frame0 = scheme.frame(init.overlaps, p0)
+    warm0 = initial_warm(p0, scheme, init.overlaps, frame0)
+    first = jnp.arange(alphas.shape[0]) == 0
+
+    def body(c: RowCarry, inp):
+        alpha, is_first = inp
+        slope = jnp.where(c.n_ok >= 2,
+                          (c.x_last - c.x_prev) / jnp.where(c.a_last != c.a_prev, c.a_last - c.a_prev, 1.0), 0.0)
+        guess = c.x_last + slope * (alpha - c.a_last)
+        p = params.replace(alpha=alpha)
+        guess = jnp.where(field_maps(unravel(guess), p).valid, guess, c.x_last)
+        # a warm start gets `max_iter_warm` iterations; a cold start and a restart before any success `max_iter`
+        cap = jnp.where((c.n_ok > 0) & ~is_first, config.max_iter_warm, config.max_iter)
+        problem = SEProblem(p, scheme, init._replace(overlaps=unravel(guess)), c.frame, approximation)
+        state = run_newton(solver, problem, c.warm, cap, orient_first=is_first, retry=retry)
+        result, replicon = postprocess(config, problem, state, replicon_tie_width)
+        out = result if replicon_tie_width is None else (result, replicon)
+        ok = state.status == Status.CONVERGED
+        x_last = jnp.where(ok, state.x_eval, c.x_last)
+        a_last = jnp.where(ok, alpha, c.a_last)
+        frame = c.frame
+        if frame is not None:      # oriented at this solution, for the next point
+            frame = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), state.frames_end[0], c.frame)
+        carry = RowCarry(
+            x_last=x_last,
+            # after the cold first point the row starts afresh from its solution (no secant across it)
+            x_prev=jnp.where(is_first, x_last, jnp.where(ok, c.x_last, c.x_prev)),
+            a_last=a_last,
+            a_prev=jnp.where(is_first, a_last, jnp.where(ok, c.a_last, c.a_prev)),
+            n_ok=(c.n_ok + ok).astype(c.n_ok.dtype),
+            warm=jnp.where(ok, state.warm, c.warm),
+            frame=frame)
+        return carry, out
+
+    a0 = alphas[0]
+    carry0 = RowCarry(x_last=x0, x_prev=x0, a_last=a0, a_prev=a0, n_ok=jnp.asarray(0, jnp.int32), warm=warm0,
+                      frame=frame0)
+    carry, outs = jax.lax.scan(body, carry0, (alphas, first))
+    return outs, carry.warm, carry.frame

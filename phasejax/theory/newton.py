@@ -1,0 +1,477 @@
+"""The Newton solver of the state evolution's fixed point (theory notes, section 8.4).
+
+The fixed point `x = F(x)` of the state evolution (`phasejax.theory.se_map`) is found by safeguarded Newton
+iterations on the few order parameters: the Jacobian `J = dF/dx` comes from `jax.jacfwd` through the
+quadrature (the proximal minimisers are differentiated by the implicit function theorem), the step solves
+`((1 + kappa res) I - J) dx = F(x) - x` restricted to the branch's free coordinates, is capped to a relative
+size `max_step` and halved until the new state is valid. Newton converges quadratically and to any fixed
+point, stable or not under plain iteration, which the fixed-point census needs.
+
+The per-node proximal problems are warm-started from the previous evaluation's minimisers. Far from the fixed
+point only the warm start runs; once the residual is below `check_tol` every evaluation also restarts each
+node from an alternative, its mirror `-h` and the field `omega` in turn, and convergence is declared only
+when the residual is below `tol` on two consecutive evaluations that tried different alternatives (so both
+were tried at the fixed point) and every node's prox has converged.
+
+One solve may have up to three stages, all in one loop (`NewtonSE.step` moves between them): with a rule
+that is oriented at the overlaps (`SplitProductRule`), a cold solve first solves with the rule oriented at
+its start (stage 0), re-orients at that solution and solves again (stage 1); a solve that fails is solved
+once more from its last iterate with the rule re-oriented there (stage 2, with `max_iter_warm` iterations),
+because an orientation carried from elsewhere can leave the finite rule's map without an exact fixed point
+within reach. When the last stage ends, the rule is oriented at the solution (with its replicas'
+orientations, for the error bars), for the next point of a continuation row.
+
+The solver has the shape of an optimistix solver: `NewtonSE` holds only its settings (`SEConfig`, and
+optionally a traced `kappa`); the problem, an `SEProblem`, is passed to `init`, `step`, `terminate` and
+`postprocess`; `phasejax.solvers.iterate` runs the loop (`run_newton`). After the loop `postprocess` adds the
+training loss, the test error, the stability of the fixed point inside its subspace (eigenvalues of `J`) and
+out of it (`subspace_gain`, from the Jacobian of the unconstrained map evaluated with `J`), and, for schemes
+with replicas, quadrature error estimates (`phasejax.theory.results`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from phasejax.solvers import Status, iterate
+from phasejax.theory.branches import free_mask
+from phasejax.theory.fields import field_maps
+from phasejax.theory.params import params_are_valid
+from phasejax.theory.results import SEErrors, SEResult, spread_error
+from phasejax.theory.se_map import PSD_TOL, MapEvaluation, SEProblem, initial_warm, se_map
+from phasejax.theory.updates import (
+    hats_from_nodes,
+    hold_hats,
+    lowest_values,
+    node_minima,
+    node_values,
+    overlap_updates,
+    test_error,
+    training_loss,
+)
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SEConfig:
+    """Settings of the state-evolution solver: stopping, caps, step control (hashable; part of the compilation
+    key). They decide how the fixed point is found, not which map it is a fixed point of (`MapApproximation`).
+
+    Attributes:
+      tol: stop when `max_i |F(x)_i - x_i| / max(1, |x_i|) < tol` on two consecutive evaluations (which, with
+        the multi-start prox, tried both alternative starts).
+      check_tol: below this residual every evaluation also tries an alternative prox start (the mirror and
+        the field in turn); above it only the warm start runs. At least `tol`.
+      max_iter: cap on Newton iterations (then `status = MAX_ITERATIONS`), per stage: a cold solve with an
+        adaptive rule has two stages (solve with the rule oriented at the init, re-orient, solve again).
+      max_iter_warm: the cap for a warm-started solve of a continuation row and for the retry of a failed
+        solve (a warm start needs a few iterations; one that needs many is usually a branch ending, and a
+        vmapped row waits for it).
+      max_step: cap on a Newton step's relative size per coordinate (`|dx_i| <= max_step max(|x_i|, 0.05)`).
+      kappa: pseudo-transient continuation: the step solves `((1 + kappa res) I - J) dx = F(x) - x` with
+        `res` the scaled residual: short steps along the flow `dx/dt = F(x) - x` far from a fixed point
+        (which lead to fixed points that plain damped iteration can reach), Newton steps near it. `0`: pure Newton.
+      psd_tol: tolerance of the validity checks (`q0`, `V0`, `I - theta0 q0^{-1} theta0^T`).
+      errors: estimate quadrature errors from the scheme's replicas (when it has any).
+    """
+
+    tol: float = 1e-7
+    check_tol: float = 1e-4
+    max_iter: int = 40
+    max_iter_warm: int = 30
+    max_step: float = 0.5
+    kappa: float = 5.0
+    psd_tol: float = PSD_TOL
+    errors: bool = True
+
+    def __post_init__(self):
+        if not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+        if not self.check_tol >= self.tol:
+            raise ValueError(f"check_tol must be >= tol = {self.tol}, got {self.check_tol}")
+        for name in ("max_iter", "max_iter_warm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not self.max_step > 0:
+            raise ValueError(f"max_step must be > 0, got {self.max_step}")
+        if not self.psd_tol >= 0:
+            raise ValueError(f"psd_tol must be >= 0, got {self.psd_tol}")
+        if not self.kappa >= 0:
+            raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+
+
+class SEState(NamedTuple):
+    """State of the Newton solver (one lane; vmap adds a leading axis).
+
+    The last *accepted* evaluation (`x_eval`, `ev`, `jac`, `jac_open`, `residual`) is what the solver returns;
+    `x` is the next trial point.
+    """
+
+    x: Array                 # (n,) next trial state to evaluate
+    warm: Array              # (N, L r) node minimisers of the accepted evaluation
+    h_alt: Array             # (N, 2, L r) where the mirror and field starts ended, at the latest evaluations
+    x_eval: Array            # (n,) accepted state
+    ev: MapEvaluation        # evaluation at x_eval
+    jac: Array               # (n, n) dF/dx at x_eval (with the branch's holds)
+    jac_open: Array          # (n, n) the same without the holds
+    residual: Array          # () scaled residual at x_eval
+    prev_residual: Array     # () residual of the accepted evaluation before
+    mu: Array                # () Levenberg-Marquardt parameter of the step
+    it: Array                # () evaluations done, all stages
+    status: Array            # () Status code (RUNNING while iterating)
+    checking: Array          # () bool: evaluations try an alternative prox start
+    rebase: Array            # () bool: the map changed (checking began): the next valid evaluation is accepted
+    alt_next: Array          # () the alternative the next checking evaluation tries (0 mirror, 1 field)
+    last_alt: Array          # () the alternative the accepted evaluation tried (-1: none)
+    stage: Array             # () 0 orienting solve of a cold start, 1 solve, 2 retry
+    stage_it: Array          # () evaluations in this stage
+    cap: Array               # () this stage's iteration cap
+    cap_solve: Array         # () the solve stage's cap
+    retry: Array             # () bool: a failed solve stage is retried
+    frame: object            # the rule's orientation the solve uses (None for a rule without one)
+    frames_end: object       # the orientations at the solution (main and replicas), set when the solve ends
+
+
+def _scaled_residual(x, Fx, free):
+    return jnp.max(jnp.where(free, jnp.abs(Fx - x) / jnp.maximum(1.0, jnp.abs(x)), 0.0))
+
+
+def newton_lm_step(x, Fx, J, free, mu, max_step):
+    """Step `dx` solving `(I - J~ + mu I) dy = r~` in relative coordinates `y_i = x_i / max(|x_i|, 0.05)`.
+
+    `mu = 0` is Newton's step; large `mu` a short step along the residual
+    `F(x) - x` (damped plain iteration). Held coordinates do not move, and the
+    step is capped to `max_step` in relative size.
+    """
+    n = x.shape[0]
+    scale = jnp.maximum(jnp.abs(x), 0.05)
+    Js = J * scale[None, :] / scale[:, None]
+    both = free[:, None] & free[None, :]
+    eye = jnp.eye(n, dtype=x.dtype)
+    A = jnp.where(both, eye - Js + mu * eye, eye)
+    dy = jnp.linalg.solve(A, jnp.where(free, (Fx - x) / scale, 0.0))
+    dy = jnp.where(jnp.all(jnp.isfinite(dy)), dy, jnp.where(free, (Fx - x) / scale / (1.0 + mu), 0.0))
+    rel = jnp.max(jnp.abs(dy))
+    dy = dy * jnp.minimum(1.0, max_step / jnp.maximum(rel, 1e-300))
+    return dy * scale
+
+
+@jax.named_scope("orientations")
+def orientations(problem: SEProblem, x: Array):
+    """The scheme's orientations at the overlaps `x`: `(frame, replica frames)`, or `None` for a rule without."""
+    return problem.scheme.orientations(problem.unravel()(jax.lax.stop_gradient(x)), problem.params)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewtonSE:
+    """The solver: settings only; the problem (`SEProblem`) is an argument of `init`, `step`, `terminate`
+    and `postprocess` (the loop is `phasejax.solvers.iterate`, see `run_newton`).
+
+    Each step evaluates `F` and `J` at the trial point. If its residual is
+    lower than the accepted one's (or nothing was accepted yet), it is
+    accepted and the Levenberg-Marquardt parameter `mu` shrinks; otherwise it
+    is rejected, `mu` grows, and a shorter step is tried from the accepted
+    point (with the accepted point's Jacobian). Invalid trial states are
+    never evaluated: the step is halved until the state is valid. When a
+    stage ends, the next one starts (module docstring).
+
+    Attributes:
+      config: `SEConfig` (static).
+      kappa: `None` (use `config.kappa`) or a traced override of it (one compiled solve serves several
+        kappas, as in the census).
+    """
+
+    config: SEConfig
+    kappa: object = None
+
+    def _map_and_jac(self, problem: SEProblem, x, warm, alt_mode, frame):
+        gauge = problem.init.gauge
+
+        def F(x_):
+            ev = se_map(problem, x_, warm, alt_mode, self.config.psd_tol, frame=frame)
+            if gauge is not None:   # gauge-fixed coordinates stay where they are
+                ev = ev._replace(Fx=jnp.where(gauge, x_, ev.Fx))
+            return (ev.Fx, ev.Fx_open), ev
+
+        (J, J_open), ev = jax.jacfwd(F, has_aux=True)(x)
+        return J, J_open, ev
+
+    def init(self, problem: SEProblem, warm: Array | None = None, *, orient_first=False, cap_solve=None,
+             retry=False) -> SEState:
+        """The state before the first evaluation, at `problem.init`.
+
+        Args:
+          warm: `(N, L r)` node warm starts (default: every node's field, `initial_warm`).
+          orient_first: (may be traced) a first stage solves with `problem.frame` and is followed by a solve
+            with the rule re-oriented at its solution (a cold solve with an adaptive rule).
+          cap_solve: (may be traced) the solve stage's cap (default `config.max_iter`).
+          retry: (may be traced) a failed solve stage is solved once more, re-oriented at its last iterate.
+        """
+        cfg = self.config
+        ov = problem.init.overlaps
+        x0 = ravel_pytree(ov)[0]
+        n = x0.shape[0]
+        if warm is None:   # first evaluation: start every node at its field omega
+            warm = initial_warm(problem.params, problem.scheme, ov, problem.frame)
+        ev_shape = jax.eval_shape(lambda: se_map(problem, x0, warm, 0, cfg.psd_tol))
+        ev0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ev_shape)
+        ends_shape = jax.eval_shape(lambda: orientations(problem, x0))
+        frames_end = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ends_shape)
+        status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
+        inf = jnp.asarray(jnp.inf, x0.dtype)
+        i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+        cap_solve = i32(cfg.max_iter if cap_solve is None else cap_solve)
+        orient_first = jnp.asarray(orient_first, bool) & (problem.frame is not None)
+        return SEState(x=x0, warm=warm, h_alt=jnp.stack([-warm, warm], axis=1), x_eval=x0, ev=ev0,
+                       jac=jnp.zeros((n, n), x0.dtype), jac_open=jnp.zeros((n, n), x0.dtype), residual=inf,
+                       prev_residual=inf, mu=jnp.asarray(0.0, x0.dtype), it=i32(0), status=status0,
+                       checking=jnp.asarray(not problem.approximation.alternates), rebase=jnp.asarray(False),
+                       alt_next=i32(0),
+                       last_alt=i32(-1), stage=jnp.where(orient_first, 0, 1).astype(jnp.int32), stage_it=i32(0),
+                       cap=jnp.where(orient_first, cfg.max_iter, cap_solve).astype(jnp.int32), cap_solve=cap_solve,
+                       retry=jnp.asarray(retry, bool), frame=problem.frame, frames_end=frames_end)
+
+    def _valid(self, problem: SEProblem, x):
+        return field_maps(problem.unravel()(x), problem.params, self.config.psd_tol).valid
+
+    def _propose(self, problem: SEProblem, x, Fx, J, free, mu):
+        dx = newton_lm_step(x, Fx, J, free, mu, self.config.max_step)
+
+        def shrink(carry):
+            t, _ = carry
+            return t * 0.5, self._valid(problem, x + 0.5 * t * dx)
+
+        t, _ = jax.lax.while_loop(lambda c: (~c[1]) & (c[0] > 1e-4), shrink,
+                                  (jnp.asarray(1.0, x.dtype), self._valid(problem, x + dx)))
+        return x + t * dx
+
+    def step(self, problem: SEProblem, state: SEState) -> SEState:
+        cfg = self.config
+        alternates = problem.approximation.alternates
+        free = free_mask(problem.init)
+        x = state.x
+        alt_mode = jnp.where(state.checking, state.alt_next, -1) if alternates else jnp.asarray(0)
+        J, J_open, ev = self._map_and_jac(problem, x, state.warm, alt_mode, state.frame)
+        ok = (self._valid(problem, x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J))
+              & jnp.all(jnp.isfinite(ev.h)))
+        residual = _scaled_residual(x, ev.Fx, free)
+        first = ~jnp.isfinite(state.residual)
+        # once alternative starts are tried the map is another one: its first evaluation is not compared
+        accept = ok & (first | state.rebase | (residual < 2.0 * state.residual) | (residual < cfg.tol))
+        # both alternative starts tried at the fixed point: this evaluation and the accepted one before it
+        both = (state.checking & (state.last_alt >= 0) & (alt_mode != state.last_alt)) if alternates else True
+        done = (accept & (residual < cfg.tol) & (state.residual < cfg.tol) & (ev.prox_unconverged == 0) & both)
+        # pseudo-transient continuation: mu = kappa * residual (a short step along the flow
+        # dx/dt = F(x) - x far from the fixed point, Newton near it) plus a boost after rejections
+        boost = jnp.where(accept, state.mu * 0.25, jnp.maximum(state.mu * 4.0, 1.0))
+        res_base = jnp.where(accept, residual, state.residual)
+        # accepted: step from the new point with its Jacobian; rejected: shorter step from the accepted point
+        base_x = jnp.where(accept, x, state.x_eval)
+        base_F = jnp.where(accept, ev.Fx, state.ev.Fx)
+        base_J = jnp.where(accept, J, state.jac)
+        kappa = cfg.kappa if self.kappa is None else self.kappa
+        x_next = self._propose(problem, base_x, base_F, base_J, free, kappa * res_base + boost)
+        never_ok = first & ~ok
+        stage_status = jnp.where(never_ok, Status.INVALID_ITERATE, jnp.where(done, Status.CONVERGED, Status.RUNNING))
+        running = state.status == Status.RUNNING
+        stage_it = state.stage_it + running.astype(jnp.int32)
+        stage_status = jnp.where((stage_status == Status.RUNNING) & (stage_it >= state.cap), Status.MAX_ITERATIONS,
+                                 stage_status)
+        keep = running & accept
+        sel = lambda new, old: jnp.where(keep, new, old)  # noqa: E731
+        tried = (alt_mode >= 0) & state.checking if alternates else jnp.asarray(False)
+        h_alt = state.h_alt
+        if alternates:      # where the alternative start of this evaluation ended
+            h_alt = jnp.where(keep & tried & (alt_mode == 0), h_alt.at[:, 0].set(ev.h_starts[:, 1]), h_alt)
+            h_alt = jnp.where(keep & tried & (alt_mode == 1), h_alt.at[:, 1].set(ev.h_starts[:, 2]), h_alt)
+        x_eval = sel(x, state.x_eval)
+
+        # the stage's end: the next stage starts from the accepted point with the rule re-oriented there
+        ended = running & (stage_status != Status.RUNNING)
+        failed = (stage_status == Status.MAX_ITERATIONS) | (stage_status == Status.INVALID_ITERATE)
+        next_stage = jnp.where(state.stage == 0, 1, jnp.where((state.stage == 1) & state.retry & failed, 2, -1))
+        switch = ended & (next_stage >= 0)
+        finish = ended & (next_stage < 0)
+        frames = jax.lax.cond(switch | finish, lambda: orientations(problem, x_eval),
+                              lambda: jax.tree_util.tree_map(jnp.asarray, state.frames_end)) \
+            if state.frames_end is not None else None
+        frame = state.frame
+        if frame is not None:
+            frame = jax.tree_util.tree_map(lambda a, b: jnp.where(switch, a, b), frames[0], frame)
+        entering = (~state.checking & accept & (residual < cfg.check_tol)) if alternates else jnp.asarray(False)
+        checking = state.checking | entering
+        new = SEState(
+            x=jnp.where(running & (stage_status == Status.RUNNING), x_next, jnp.where(switch, x_eval, state.x)),
+            warm=sel(ev.h, state.warm),
+            h_alt=h_alt,
+            x_eval=x_eval,
+            ev=jax.tree_util.tree_map(sel, ev, state.ev),
+            jac=sel(J, state.jac),
+            jac_open=sel(J_open, state.jac_open),
+            residual=jnp.where(switch, jnp.inf, sel(residual, state.residual)),
+            prev_residual=jnp.where(switch, jnp.inf, sel(state.residual, state.prev_residual)),
+            mu=jnp.where(switch, 0.0, jnp.where(running, boost, state.mu)),
+            it=state.it + running.astype(state.it.dtype),
+            status=jnp.where(switch, Status.RUNNING, jnp.where(running, stage_status, state.status)).astype(jnp.int32),
+            checking=jnp.where(switch, jnp.asarray(not alternates), jnp.where(running, checking, state.checking)),
+            rebase=running & entering & ~switch,
+            alt_next=jnp.where(running & tried, 1 - state.alt_next, state.alt_next).astype(jnp.int32),
+            last_alt=jnp.where(switch, -1, jnp.where(keep, jnp.where(tried, alt_mode, -1), state.last_alt)
+                               ).astype(jnp.int32),
+            stage=jnp.where(switch, next_stage, state.stage).astype(jnp.int32),
+            stage_it=jnp.where(switch, 0, stage_it).astype(jnp.int32),
+            cap=jnp.where(switch, jnp.where(next_stage == 1, state.cap_solve, self.config.max_iter_warm),
+                          state.cap).astype(jnp.int32),
+            cap_solve=state.cap_solve,
+            retry=state.retry,
+            frame=frame,
+            frames_end=frames if frames is not None else state.frames_end,
+        )
+        return new
+
+    def terminate(self, problem: SEProblem, state: SEState):
+        return state.status != Status.RUNNING, state.status
+
+    def postprocess(self, problem: SEProblem, state: SEState) -> SEResult:
+        """`SEResult` from a final state: losses, stability, subspace gain and (optionally) errors."""
+        return postprocess(self.config, problem, state)[0]
+
+    def max_steps(self) -> int:
+        """The most evaluations a solve can take: three stages at their largest caps."""
+        return 2 * self.config.max_iter + self.config.max_iter_warm
+
+
+def run_newton(solver: NewtonSE, problem: SEProblem, warm: Array | None = None, max_iter=None, **init) -> SEState:
+    """Iterate `solver` on `problem` from `problem.init` (and optional node warm starts `warm (N, L r)`) to a
+    final state; `max_iter` (may be traced): the solve stage's cap (default `solver.config.max_iter`);
+    `init`: the other keywords of `NewtonSE.init` (`orient_first`, `retry`)."""
+    state = solver.init(problem, warm, cap_solve=max_iter, **init)
+    return iterate(solver, problem, state, max_steps=solver.max_steps()).state
+
+
+# ----------------------------------------------------------------------------
+# After the loop: losses, stability, error estimates
+# ----------------------------------------------------------------------------
+
+
+def _spectral_abscissa(J: Array, mask: Array) -> Array:
+    """Largest real part of the eigenvalues of `J (n, n)` restricted to the coordinates in `mask`; NaN if none."""
+    both = mask[:, None] & mask[None, :]
+    Jm = jnp.where(both, J, 0.0) + jnp.diag(jnp.where(mask, 0.0, -1e30))
+    finite = jnp.all(jnp.isfinite(Jm))
+    ev = jnp.linalg.eigvals(jnp.where(finite, Jm, 0.0))
+    return jnp.where(jnp.any(mask) & finite, jnp.max(ev.real), jnp.nan)
+
+
+def replica_starts(state: SEState, n_copies: int) -> tuple[Array, Array]:
+    """Prox starts for `n_copies` copies of the main rule's nodes (the main rule and its replicas, laid out node
+    for node): every node's minimiser and where its mirror and field starts ended at the last evaluations that
+    tried them, `(n_copies N, 3, L r)`, and which of them to run, `(n_copies N, 3)`: an alternative that ended
+    in the minimiser's own basin is left out. A replica's node lies next to its main node, so each start is
+    next to a minimum of the replica's node (of every basin the main node was found to have); the replica keeps
+    the lowest. (This needs the replicas' nodes in the main rule's order and orientation: `SplitProductRule`
+    gives every normal one sign.)"""
+    h = state.warm
+    starts = jnp.concatenate([h[:, None], state.h_alt], axis=1)                           # (N, 3, n)
+    scale = 1.0 + jnp.max(jnp.abs(starts), axis=-1)
+    active = (jnp.max(jnp.abs(starts - h[:, None]), axis=-1) > 1e-6 * scale).at[:, 0].set(True)
+    tile = lambda a: jnp.tile(a, (n_copies,) + (1,) * (a.ndim - 1))  # noqa: E731
+    return tile(starts), tile(active)
+
+
+@jax.named_scope("postprocess")
+def postprocess(cfg: SEConfig, problem: SEProblem, state: SEState, replicon_tie_width: float | None = None):
+    """`(SEResult, RepliconResult or None)` from a final state (`NewtonSE.postprocess` returns the first).
+
+    The error replicas and the replicon (with `replicon_tie_width`, `phasejax.theory.replicon`) read the prox
+    minima of one pass over the replicas' nodes (and, for the replicon, the main rule's), every node started
+    from its main node's minima (`replica_starts`).
+    """
+    params, scheme, ib, frame = problem.params, problem.scheme, problem.init, state.frame
+    unravel = problem.unravel()
+    approx = problem.approximation
+    x = state.x_eval
+    ov = unravel(x)
+    ev = state.ev
+    free = free_mask(ib)
+    held = ~free_mask(ib, with_gauge=False)
+    rule = scheme.main(ov, params, frame)
+    e_t = training_loss(ov, ev.hats, ev.envelope, params)
+    eps_g = test_error(ov, params, rule)
+    e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
+    stability = _spectral_abscissa(state.jac, free)
+    gain = _spectral_abscissa(state.jac_open, held)   # out of the subspace: the unconstrained map's Jacobian
+
+    nan = jnp.asarray(jnp.nan, x.dtype)
+    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    n = x.shape[0]
+    both = free[:, None] & free[None, :]
+    A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))
+    # the solver's error: the main rule's Newton correction from the returned point (results module docstring)
+    delta = jnp.where(free, jnp.linalg.solve(A, jnp.where(free, ev.Fx - x, 0.0)), 0.0)
+    solver_x = jnp.abs(delta)
+    solver_g = jnp.abs(test_error(unravel(x + delta), params, rule) - eps_g)
+    err_x = jnp.full_like(x, jnp.nan)
+    err_e = err_g = nan
+    replicon = None
+    want_errors = cfg.errors and n_rep >= 2
+    if want_errors or replicon_tie_width is not None:
+        from phasejax.theory.replicon import minima_jacobians, replicon_from_jacobians, replicon_nodes
+
+        replica_frames = None if state.frames_end is None else state.frames_end[1]
+        if replicon_tie_width is not None:     # the main rule's nodes too (unless the replicas share them)
+            points, w_main, W_rep, shares = replicon_nodes(scheme, ov, params, frame, replica_frames)
+        else:
+            quad_all, W_rep = scheme.replicas(ov, params, frame, replica_frames)
+            points, shares = quad_all.points, bool(scheme.shares_main_nodes)
+        N = state.warm.shape[0]
+        copies = points.shape[0] // N
+        if not approx.alternates:      # the map's own starts (no alternatives were tracked)
+            nodes = node_values(ov, params, points, jnp.tile(state.warm, (copies, 1)), 0, n_steps=approx.prox_steps,
+                                psd_tol=cfg.psd_tol, prox_tol=approx.prox_tol, extra_starts=True,
+                                prox_starts=approx.prox_starts, hat_form=approx.hat_form, tie_width=approx.tie_width)
+        else:
+            starts, active = replica_starts(state, copies)
+            minima = node_minima(ov, params, points, starts, active, n_steps=approx.prox_steps, psd_tol=cfg.psd_tol,
+                                 prox_tol=approx.prox_tol)
+            nodes = lowest_values(minima, params)
+            if replicon_tie_width is not None:
+                jac = minima_jacobians(minima, params, replicon_tie_width, approx.prox_tol)
+                replicon = replicon_from_jacobians(jac, w_main, W_rep, shares, ov, params, replicon_tie_width,
+                                                   approx.prox_tol)
+
+        def replica(w):
+            hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=approx.hat_form), ib.hold_m,
+                             ib.hold_theta)
+            new = overlap_updates(hats, params)
+            new = new.replace(m=jnp.where(ib.hold_m, 0.0, new.m), theta0=jnp.where(ib.hold_theta, 0.0, new.theta0))
+            Fk = ravel_pytree(new)[0]
+            xk = x + jnp.linalg.solve(A, jnp.where(free, Fk - x, 0.0))
+            ek = training_loss(ov, hats, jnp.tensordot(w, nodes.envelope, axes=1), params)
+            gk = test_error(unravel(xk), params, rule)
+            return xk, ek, gk
+
+        if want_errors:
+            xs, es, gs = jax.vmap(replica)(W_rep)
+            err_x = spread_error(x, xs, main_is_mean=shares)
+            err_e = spread_error(e_t, es, main_is_mean=shares)
+            err_g = spread_error(eps_g, gs, main_is_mean=shares)
+
+    invalid = (state.status == Status.INVALID_ITERATE) | (state.status == Status.INVALID_INPUT)
+    blank = lambda v: jnp.where(invalid, jnp.nan, v)  # noqa: E731
+    errors = SEErrors(overlaps=unravel(blank(err_x + solver_x)), train_loss=blank(err_e),
+                      test_error=blank(err_g + solver_g), solver_overlaps=unravel(blank(solver_x)),
+                      solver_test_error=blank(solver_g), n_replicas=n_rep if cfg.errors else 0)
+    result = SEResult(overlaps=ov, hats=ev.hats, test_error=blank(eps_g), train_loss=blank(e_t),
+                      energetic_loss=blank(e_direct), residual=state.residual, iterations=state.it,
+                      status=state.status, converged=state.status == Status.CONVERGED, stability=blank(stability),
+                      subspace_gain=blank(gain), prox_grad_norm=ev.prox_grad_norm,
+                      prox_unconverged=ev.prox_unconverged, sigma=params.sigma, errors=errors)
+    return result, replicon
