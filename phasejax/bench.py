@@ -3,8 +3,14 @@
 `phasejax bench` (`phasejax.commands.bench`) runs the figures below on the device JAX sees and writes one
 JSON record; `phasejax bench-training` runs the training figure alone with every size as a flag.
 
+* `program`: the compiled program of one phase-diagram chunk (one 40-alpha row, the replicon included), in
+  a fresh process: lowering and XLA compile seconds, optimised HLO lines, fusions (XLA's kernels) and
+  `memory_analysis()`; with a baseline checkout (`--baseline PATH`), the same for it in the same run, and the
+  ratios.
 * `cold_solve`: one `solve_state_evolution` per subspace at `alpha = 1.5, omega = 0.3`: the first call
   of the figure (compilation included), then a second call at another alpha (after compilation).
+* `cached_solve`: the same cold solve in two fresh processes sharing a new persistent compilation cache: the
+  first compiles and stores the program, the second loads it (tracing and lowering still run).
 * `warm_point`: one continuation row (`solve_along_alpha`, 8 alphas in [1.2, 1.9], `omega = 0.3`,
   positional) on its second call, per point.
 * `batch`: a 32-point continuation grid (`solve_state_evolution_grid`, 16 alphas in [0.5, 2] x omega in
@@ -44,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 
-FIGURES = ("cold_solve", "warm_point", "batch", "main_job", "paper_diagram", "training")
+FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job", "paper_diagram", "training")
 COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 REFERENCE_RELPATH = os.path.join("shared", "reference_method", "se_scipy_loop.py")
 QUICK_NODES = 4            # `--quick`: tensor Gauss-Hermite with this many nodes per dimension
@@ -165,6 +171,118 @@ def _entry(name: str, what: str, *, seconds: float, points: int, compilation_inc
                 points=int(points), solves=int(points if solves is None else solves),
                 compilation_included=bool(compilation_included), statuses=statuses,
                 converged=int(statuses.get("converged", 0)), **extra)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The compiled program, and the persistent compilation cache
+# ----------------------------------------------------------------------------------------------------------
+
+PROGRAM_ROW = dict(n_alpha=40, alpha_min=0.2, alpha_max=2.6, omega=0.3)
+"""The chunk the `program` figure compiles: one positional row of 40 alphas at `omega = 0.3`, one track."""
+
+_PROGRAM_CODE = """
+import json, os, resource, sys, time
+import jax, numpy as np
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+from phasejax.precision import float64_scope
+from phasejax.phase.diagram import PhaseConfig, PhaseGrid, make_row_fn
+from phasejax.theory import make_params
+from phasejax.theory.solver import resolve_scheme
+row = json.loads(sys.argv[1])
+with float64_scope():
+    params = make_params(1.0, row["omega"])
+    grid = PhaseGrid.from_ranges(np.linspace(row["alpha_min"], row["alpha_max"], row["n_alpha"]), [row["omega"]])
+    one_track = PhaseConfig(seeds={b: s[:1] for b, s in PhaseConfig().seeds.items()})
+    fn = make_row_fn(grid, params, resolve_scheme(None, params), one_track)
+    chunk = dict(omega=np.full(1, row["omega"]), branch=np.zeros(1, np.int32))
+    t, c = time.perf_counter(), cpu()
+    lowered = jax.jit(fn).lower(chunk)
+    lower_s, lower_cpu = time.perf_counter() - t, cpu() - c
+    t, c = time.perf_counter(), cpu()
+    compiled = lowered.compile()
+    compile_s, compile_cpu = time.perf_counter() - t, cpu() - c
+    text = compiled.as_text()
+    mem = compiled.memory_analysis()
+print(json.dumps(dict(lower_seconds=lower_s, lower_cpu_seconds=lower_cpu, compile_seconds=compile_s,
+                      compile_cpu_seconds=compile_cpu, hlo_lines=text.count(chr(10)), fusions=text.count(" fusion("),
+                      temp_bytes=int(mem.temp_size_in_bytes), argument_bytes=int(mem.argument_size_in_bytes),
+                      output_bytes=int(mem.output_size_in_bytes),
+                      generated_code_bytes=int(mem.generated_code_size_in_bytes))))
+"""
+
+
+def _fresh_process(code: str, *args: str, source: str | None = None, env: dict | None = None,
+                   timeout: float = 1800) -> dict:
+    """Run `code` in a new Python process (the package imported from `source`, default this checkout) and
+    return the JSON object its last output line holds."""
+    environ = dict(os.environ, **(env or {}))
+    environ["PYTHONPATH"] = (source or repository_root()) + os.pathsep + environ.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                         env=environ)
+    if out.returncode != 0:
+        raise RuntimeError(f"a measurement process failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def program(*, baseline: str | None = None, row: dict = PROGRAM_ROW) -> dict:
+    """The compiled program of one phase-diagram chunk (`row`: one positional row, one track, the replicon
+    included), measured in a fresh process with no compilation cache: lowering and compile seconds (wall and
+    CPU), optimised HLO lines, fusions and `memory_analysis()` bytes (`temp_bytes`: the peak of the program's
+    own buffers). `baseline`: a checkout of another version of phasejax (a folder holding its `phasejax`
+    package), measured the same way in the same run; the record then holds it and the ratios."""
+    env = dict(PHASEJAX_COMPILE_CACHE="0", JAX_ENABLE_COMPILATION_CACHE="false")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    now = _fresh_process(_PROGRAM_CODE, json.dumps(row), env=env)
+    extra = dict(row=row, program=now)
+    if baseline is not None:
+        then = _fresh_process(_PROGRAM_CODE, json.dumps(row), source=baseline, env=env)
+        extra.update(baseline=dict(source=os.path.abspath(baseline), commit=_git(baseline, "rev-parse", "HEAD"),
+                                   program=then),
+                     ratios={k: then[k] / now[k] for k in ("lower_seconds", "compile_seconds", "compile_cpu_seconds",
+                                                           "hlo_lines", "fusions", "temp_bytes") if now[k]})
+    return _entry(
+        "program",
+        f"the compiled program of one phase-diagram chunk ({row['n_alpha']} alphas in [{row['alpha_min']:g}, "
+        f"{row['alpha_max']:g}] at omega={row['omega']:g}, positional, one track, default rule, replicon "
+        f"columns) in a fresh process without a compilation cache: seconds are lowering plus XLA compile"
+        + ("; the baseline checkout measured the same way in the same run" if baseline else ""),
+        seconds=now["lower_seconds"] + now["compile_seconds"], points=row["n_alpha"], compilation_included=True,
+        statuses={}, **extra)
+
+
+_CACHED_SOLVE_CODE = """
+import json, sys, time
+import jax
+from phasejax.theory import make_params, solve_state_evolution
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+t = time.perf_counter()
+res = solve_state_evolution(make_params(1.5, 0.3), "positional")
+jax.block_until_ready(res)
+print(json.dumps(dict(seconds=time.perf_counter() - t, status=res.status_name, iterations=int(res.iterations))))
+"""
+
+
+def cached_solve() -> dict:
+    """One cold `solve_state_evolution` (positional, `alpha = 1.5, omega = 0.3`, default rule) in two fresh
+    processes sharing a new, empty persistent compilation cache: the first compiles and stores the program, the
+    second loads it (its seconds are tracing, lowering, loading and the solve)."""
+    with tempfile.TemporaryDirectory(prefix="phasejax-cache-") as cache:
+        first = _fresh_process(_CACHED_SOLVE_CODE, cache)
+        second = _fresh_process(_CACHED_SOLVE_CODE, cache)
+    statuses = {}
+    for run in (first, second):
+        statuses[run["status"]] = statuses.get(run["status"], 0) + 1
+    return _entry(
+        "cached_solve",
+        "one cold solve_state_evolution (positional, alpha=1.5, omega=0.3, default scheme) in a fresh process "
+        "with an empty persistent compilation cache (first_process: compiles and stores), then in another fresh "
+        "process with that cache (seconds: the solve call, the program loaded from the cache)",
+        seconds=second["seconds"], points=1, solves=2, compilation_included=True, statuses=statuses,
+        first_process=first, second_process=second)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -601,12 +719,14 @@ def training(*, quick: bool = False, preset: str | None = None, log: Callable[[s
 @dataclasses.dataclass(frozen=True)
 class BenchPlan:
     """What `run_figure` runs: `quick` shrinks every figure; `project` projects the paper diagram from
-    `PROJECT_ROWS` omega rows; `reference` is the published method's script (`None`: not timed)."""
+    `PROJECT_ROWS` omega rows; `reference` is the published method's script (`None`: not timed); `baseline` a
+    checkout of another version whose compiled program `program` measures too (`None`: none)."""
 
     quick: bool = False
     project: bool = True
     reference: str | None = None
     progress: bool = False
+    baseline: str | None = None
 
 
 def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda line: None) -> dict:
@@ -617,6 +737,11 @@ def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda l
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
     jax.clear_caches()
     q = quadrature_for(plan.quick)
+    if name == "program":
+        return program(baseline=plan.baseline,
+                       row=dict(PROGRAM_ROW, n_alpha=4) if plan.quick else PROGRAM_ROW)
+    if name == "cached_solve":
+        return cached_solve()
     if name == "cold_solve":
         return cold_solve(quadrature=q)
     if name == "warm_point":

@@ -5,8 +5,10 @@
     phasejax bench --parts cold_solve warm_point     # some figures
     phasejax bench --quick --out /tmp/bench          # every figure shrunk to a tiny size (a smoke test)
 
-Figures (`phasejax.bench`): cold_solve (one cold solve per subspace, compilation included, then after
-compilation), warm_point (one continuation point after compilation), batch (a 32-point continuation grid per
+Figures (`phasejax.bench`): program (the compiled program of a 40-alpha phase-diagram chunk in a fresh
+process: lowering and compile seconds, HLO lines, kernels, memory; --baseline PATH measures another checkout in
+the same run), cold_solve (one cold solve per subspace, compilation included, then after compilation),
+cached_solve (a cold solve in two fresh processes sharing a persistent compilation cache), warm_point (one continuation point after compilation), batch (a 32-point continuation grid per
 point, against the published method on one point timed in the same run), main_job (the default phase diagram,
 compilation included), paper_diagram (the paper's 40 x 20 x 2 diagram; with --project, the default on a CPU,
 projected from 2 of its 20 omega rows), training (the vmapped training sweep and the solvers, as
@@ -43,6 +45,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--reference", default=None,
                     help="the published method's script (default: shared/reference_method/se_scipy_loop.py inside "
                          "or beside the repository; batch records it as missing if there is none)")
+    ap.add_argument("--baseline", default=None, metavar="PATH",
+                    help="program: also measure the compiled program of this checkout of another phasejax version (a "
+                         "folder holding its phasejax package, e.g. a git worktree of an older commit), in the same run")
     add_output(ap, default_out(NAME), help="folder of the record <device>.json", guard=False)
     ap.add_argument("--no-progress", action="store_true", help="no progress lines (stderr) or progress bars")
 
@@ -68,7 +73,9 @@ def run(args) -> int:
         raise UsageError(f"--reference {reference}: no such file; pass the published method's script")
     import jax
 
-    plan = bench.BenchPlan(quick=args.quick, reference=reference or bench.find_reference(),
+    if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "phasejax")):
+        raise UsageError(f"--baseline {args.baseline}: no phasejax package there; pass a checkout of phasejax")
+    plan = bench.BenchPlan(quick=args.quick, reference=reference or bench.find_reference(), baseline=args.baseline,
                            project=(jax.default_backend() == "cpu") if args.project is None else args.project,
                            progress=not args.no_progress)
 

@@ -263,8 +263,9 @@ class NewtonSE:
               & jnp.all(jnp.isfinite(ev.h)))
         residual = _scaled_residual(x, ev.Fx, free)
         first = ~jnp.isfinite(state.residual)
-        # once alternative starts are tried the map is another one: its first evaluation is not compared
-        accept = ok & (first | state.rebase | (residual < 2.0 * state.residual) | (residual < cfg.tol))
+        # once alternative starts are tried the map is another one: its first evaluation is not compared, nor is
+        # one where a node found a lower minimum than its warm start's (its residual is of a better map)
+        accept = ok & (first | state.rebase | ev.switched | (residual < 2.0 * state.residual) | (residual < cfg.tol))
         # both alternative starts tried at the fixed point: this evaluation and the accepted one before it
         both = (state.checking & (state.last_alt >= 0) & (alt_mode != state.last_alt)) if alternates else True
         done = (accept & (residual < cfg.tol) & (state.residual < cfg.tol) & (ev.prox_unconverged == 0) & both)

@@ -6,11 +6,11 @@ shift for indefinite Hessians, step accepted only if the objective does not
 increase) until its gradient is small; `newton_steps` takes a fixed number
 of the same steps (no while loop: under `vmap` no node waits for the
 slowest). `moreau_prox` runs `newton_minimize` from several starts and keeps
-the lowest objective. `moreau_minimiser` is the state evolution's prox: a
+the lowest objective. `moreau_minimizer` is the state evolution's prox: a
 fixed number of steps from a few starts, the lowest objective kept, and a
 custom JVP from the implicit function theorem at the optimum (so `jax.jvp`
 and `jax.jacfwd` of anything built on it never differentiate through the
-iterations); `moreau_minimisers` keeps every start (with the value's
+iterations); `moreau_minimizers` keeps every start (with the value's
 tangent from the envelope theorem) and `tie_weights` turns their values
 into a smoothed selection, continuous across a tie between two basins.
 `envelope_derivatives` gives `f` and its derivatives at the
@@ -157,7 +157,7 @@ def _newton_step(objective, derivatives, state):
     best of `1, 1/2, ..., 1/128` by objective value; accepted only if it
     decreases the objective (or ties it with a smaller gradient). `mu` grows
     tenfold on a rejected step and shrinks on an accepted one.
-    (`minimise_lanes` takes the same steps, trying the shorter lengths only on
+    (`minimize_lanes` takes the same steps, trying the shorter lengths only on
     the lanes that need them.)
     """
     h, f, g, H, mu = state
@@ -165,36 +165,6 @@ def _newton_step(objective, derivatives, state):
     f_full = objective(h + d)
     h_new = jnp.where(_full_step_taken(f, g, d, f_full, resolved), h + d, _best_length(objective, h, d, f_full))
     return _finish_step(derivatives, state, h_new)
-
-
-def newton_steps(objective: Callable[[Array], Array], h0: Array, n_steps: int, *, tol: float = 1e-10,
-                 derivatives: Callable | None = None) -> ProxResult:
-    """Minimise `objective: (n,) -> ()` from `h0 (n,)` by exactly `n_steps` damped Newton steps.
-
-    The same globalised steps as `newton_minimize`, in a `fori_loop` of fixed
-    length (a converged iterate stays put: its step vanishes or is rejected).
-    `derivatives(h) -> (value, gradient, Hessian)` defaults to autodiff of
-    `objective`. `converged` reports `max|g| <= tol` at the end.
-    """
-    derivatives = autodiff_derivatives(objective) if derivatives is None else derivatives
-    f0, g0, H0 = derivatives(h0)
-    state = (h0, f0, g0, H0, jnp.asarray(1e-10, h0.dtype))
-    h, f, g, _, _ = jax.lax.fori_loop(0, n_steps, lambda _, s: _newton_step(objective, derivatives, s), state)
-    grad_norm = jnp.max(jnp.abs(g))
-    return ProxResult(h=h, value=f, grad_norm=grad_norm, steps=jnp.asarray(n_steps), converged=grad_norm <= tol)
-
-
-def _run_starts(objective, derivatives, theta, starts, n_steps, tol):
-    """Fixed-step Newton from every start group: `hs (S, n)`, `values (S,)` (non-finite -> inf), `gnorms (S,)`."""
-    results = []
-    for group, steps in zip(starts, n_steps):
-        results.append(jax.vmap(lambda h0, steps=steps: newton_steps(
-            lambda h: objective(h, theta), h0, steps, tol=tol,
-            derivatives=None if derivatives is None else (lambda h: derivatives(h, theta))))(group))
-    hs = jnp.concatenate([r.h for r in results])
-    values = jnp.concatenate([r.value for r in results])
-    gnorms = jnp.concatenate([r.grad_norm for r in results])
-    return hs, jnp.where(jnp.isfinite(values), values, jnp.inf), gnorms
 
 
 def _implicit_tangents(objective, derivatives, h, theta, dtheta):
@@ -216,75 +186,53 @@ def _implicit_tangents(objective, derivatives, h, theta, dtheta):
     return dh, dvalue + small_linalg.dot(g, dh)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
-def _minimiser(objective, derivatives, theta, starts, n_steps, tol):
-    hs, values, gnorms = _run_starts(objective, derivatives, theta, starts, n_steps, tol)
-    best = jnp.argmin(values)
-    return hs[best], gnorms[best], best
+def _one_node(objective, derivatives, theta, starts, n_steps, tol):
+    """`(objective, derivatives, settings, node_thetas, shared, starts)` of `lowest_minima` for one node whose
+    problem is `objective(h, theta)`, started from `starts (S, n)` (or a tuple of such groups with a tuple of
+    step counts)."""
+    if isinstance(starts, (tuple, list)):
+        caps = tuple(int(k) for group, k in zip(starts, n_steps) for _ in range(group.shape[0]))
+        starts = jnp.concatenate(starts)
+    else:
+        caps = (int(n_steps),) * starts.shape[0]
+    obj = lambda h, th: objective(h, th[0])  # noqa: E731
+    der = None if derivatives is None else (lambda h, th: derivatives(h, th[0]))
+    settings = LaneSettings(max_steps=caps, stop_tol=tol)
+    return obj, der, settings, (), (theta,), jax.lax.stop_gradient(starts)[None]
 
 
-@_minimiser.defjvp
-def _minimiser_jvp(objective, derivatives, n_steps, tol, primals, tangents):
-    theta, starts = primals
-    dtheta, _ = tangents
-    h, gnorm, best = _minimiser(objective, derivatives, theta, starts, n_steps, tol)
-    dh, _ = _implicit_tangents(objective, derivatives, h, theta, dtheta)
-    return (h, gnorm, best), (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best))
+def moreau_minimizer(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
+                     tol: float = 1e-13, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
+    """The lowest of damped Newton minimisations of `objective(h, theta)` from several starts: `lowest_minima` for
+    one node.
 
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 4, 5))
-def _all_minimisers(objective, derivatives, theta, starts, n_steps, tol):
-    return _run_starts(objective, derivatives, theta, starts, n_steps, tol)
-
-
-@_all_minimisers.defjvp
-def _all_minimisers_jvp(objective, derivatives, n_steps, tol, primals, tangents):
-    theta, starts = primals
-    dtheta, _ = tangents
-    hs, values, gnorms = _all_minimisers(objective, derivatives, theta, starts, n_steps, tol)
-    dhs, dvalues = jax.vmap(lambda h: _implicit_tangents(objective, derivatives, h, theta, dtheta))(hs)
-    finite = jnp.isfinite(values)
-    dhs = jnp.where(finite[..., None], dhs, 0.0)      # an inactive or failed start carries no tangent
-    dvalues = jnp.where(finite, dvalues, 0.0)
-    return (hs, values, gnorms), (dhs, dvalues, jnp.zeros_like(gnorms))
-
-
-def _start_groups(starts, n_steps):
-    if not isinstance(starts, (tuple, list)):
-        starts, n_steps = (starts,), (n_steps,)
-    return tuple(jax.lax.stop_gradient(s) for s in starts), tuple(int(k) for k in n_steps)
-
-
-def moreau_minimiser(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
-                     tol: float = 1e-10, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
-    """Lowest of fixed-step damped Newton minimisations of `objective(h, theta)` from several starts.
-
-    `starts` is an `(S, n)` array run with `n_steps` steps each, or a tuple of
-    such arrays with a tuple of step counts (e.g. a well-converged warm start
-    with few steps and cold starts with more). `derivatives(h, theta) ->
-    (value, gradient, Hessian)` may replace autodiff (a closed form is much
-    cheaper). Returns `(h (n,), grad_norm (), start_index ())`. Differentiable
-    in `theta` (any pytree) by the implicit function theorem at the returned
-    optimum: `dh = -H^{-1} d_theta grad_h objective` (a switch of the selected
-    start is not differentiated); `starts` is not differentiated.
+    `starts` is an `(S, n)` array, every start taking at most `n_steps` steps, or a tuple of such arrays with a
+    tuple of step counts (e.g. a well-converged warm start with few steps and cold starts with more); a start
+    stops when its gradient is below `tol`. `derivatives(h, theta) -> (value, gradient, Hessian)` may replace
+    autodiff (a closed form is much cheaper). Returns `(h (n,), grad_norm (), start_index ())`. Differentiable
+    in `theta` (any pytree) by the implicit function theorem at the returned optimum:
+    `dh = -H^{-1} d_theta grad_h objective` (a switch of the selected start is not differentiated); `starts` is
+    not differentiated.
     """
-    starts, n_steps = _start_groups(starts, n_steps)
-    return _minimiser(objective, derivatives, theta, starts, n_steps, tol)
+    obj, der, settings, node, shared, st = _one_node(objective, derivatives, theta, starts, n_steps, tol)
+    h, gnorm, best, _ = lowest_minima(obj, der, settings, node, shared, st, True)
+    return h[0], gnorm[0], best[0]
 
 
-def moreau_minimisers(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
-                      tol: float = 1e-10, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
-    """Every start's fixed-step damped Newton minimisation of `objective(h, theta)`, none discarded.
+def moreau_minimizers(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
+                      tol: float = 1e-13, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
+    """Every start's damped Newton minimisation of `objective(h, theta)`, none discarded: `all_minima` for one
+    node.
 
-    Same arguments as `moreau_minimiser`. Returns `hs (S, n)`, `values (S,)`
-    (`inf` where not finite) and `grad_norms (S,)`, `S` the total number of
-    starts. Differentiable in `theta`: each `h_k` by the implicit function
-    theorem at its own optimum, each value by the envelope theorem
-    (`d value_k = d_theta objective(h_k, theta)`), so a smooth function of the
-    values (`tie_weights`) is differentiated exactly, switches included.
+    Same arguments as `moreau_minimizer`. Returns `hs (S, n)`, `values (S,)` (`inf` where not finite) and
+    `grad_norms (S,)`, `S` the total number of starts. Differentiable in `theta`: each `h_k` by the implicit
+    function theorem at its own optimum, each value by the envelope theorem (`d value_k = d_theta
+    objective(h_k, theta)`), so a smooth function of the values (`tie_weights`) is differentiated exactly,
+    switches included.
     """
-    starts, n_steps = _start_groups(starts, n_steps)
-    return _all_minimisers(objective, derivatives, theta, starts, n_steps, tol)
+    obj, der, settings, node, shared, st = _one_node(objective, derivatives, theta, starts, n_steps, tol)
+    hs, values, gnorms = all_minima(obj, der, settings, node, shared, st, True)
+    return hs[0], values[0], gnorms[0]
 
 
 def tie_weights(values: Array, width, minimisers: Array | None = None, same_tol: float = 0.05) -> Array:
@@ -495,12 +443,12 @@ class LaneState(NamedTuple):
 
 
 class LaneSettings(NamedTuple):
-    """How `minimise_lanes` runs (static; hashable).
+    """How `minimize_lanes` runs (static; hashable).
 
     Attributes:
       max_steps: the most damped Newton steps a lane takes (an int, or a tuple of one per start slot).
       stop_tol: a lane stops when `max |g| <= stop_tol`.
-      block: the lanes stepped side by side in a block (`minimise_lanes`).
+      block: the lanes stepped side by side in a block (`minimize_lanes`).
       mu0: the initial Levenberg-Marquardt damping.
     """
 
@@ -519,8 +467,16 @@ def lane_derivatives(objective: Callable, derivatives: Callable | None) -> Calla
     return lambda h, theta: (*value_and_grad(h, theta), hessian(h, theta))
 
 
-@jax.named_scope("minimise_lanes")
-def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array, thetas, active: Array,
+def _partition(flags: Array) -> Array:
+    """The permutation `(M,)` that puts the lanes where `flags` is false first and those where it is true last, each
+    group in its order (a stable partition: two cumulative sums, no sort)."""
+    M = flags.shape[0]
+    dest = jnp.where(flags, M - jnp.sum(flags) + jnp.cumsum(flags) - 1, jnp.cumsum(~flags) - 1)
+    return jnp.zeros((M,), jnp.int32).at[dest].set(jnp.arange(M, dtype=jnp.int32))
+
+
+@jax.named_scope("minimize_lanes")
+def minimize_lanes(objective: Callable, derivatives: Callable | None, h0: Array, thetas, active: Array,
                    max_steps, *, stop_tol: float = 1e-11, block: int = 512, mu0: float = 1e-10) -> LaneState:
     """Minimise `objective(h, theta_i)` from `h0[i]` for every lane `i` of `M`, each until it has converged.
 
@@ -529,9 +485,9 @@ def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
     lane's steps. A lane stops when its gradient is below `stop_tol` (or its steps reach its cap).
 
     The steps are `_newton_step`'s, taken side by side in blocks of `block` lanes, so that a lane costs about the
-    steps it needs: the lanes are sorted once by their starting gradient (those with no step to take first,
-    the far-off last), and each round steps only the blocks from the first one with a lane still going,
-    skipping any block with none; a block tries the shorter lengths of its steps only where a lane's full
+    steps it needs: the lanes with a step to take are put last (a stable partition), each round steps only the
+    blocks from the first one with a lane still going, skipping any block with none, and the lanes still going
+    are put last again after the second and the fourth round; a block tries the shorter lengths of its steps only where a lane's full
     length is not taken (near a minimum, most steps). Most lanes of a minimisation that starts near its minima finish in a step or
     two, and a few far ones then run on in a few blocks. The step is traced once. Returns the final `LaneState`
     (values non-finite -> `inf`) in the lanes' order. Jittable and vmappable.
@@ -543,8 +499,8 @@ def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
     st = LaneState(h=h0, f=f, g=g, H=H, mu=jnp.full((M,), mu0, dtype), steps=jnp.zeros((M,), jnp.int32))
     cap = jnp.broadcast_to(jnp.asarray(max_steps, jnp.int32), (M,))
     act = jnp.asarray(active, bool) & (cap > 0)
-    gnorm = jnp.max(jnp.abs(g), axis=1)
-    order = jnp.argsort(jnp.where(act & (gnorm > stop_tol), gnorm, -1.0))      # going last, the far-off last
+    go = act & (jnp.max(jnp.abs(g), axis=1) > stop_tol)
+    order = _partition(go)                                                       # the lanes going last
     K = max(1, min(int(block), M))
     nb = -(-M // K)
     pad = nb * K - M
@@ -588,10 +544,7 @@ def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
         the fewest blocks."""
         st_b, th_b, cap_b, act_b, order = carry
         flat = lambda a: a.reshape((nb * K,) + a.shape[2:])  # noqa: E731
-        g_ = flat(going(st_b, cap_b, act_b))
-        n_done = nb * K - jnp.sum(g_)
-        dest = jnp.where(g_, n_done + jnp.cumsum(g_) - 1, jnp.cumsum(~g_) - 1)
-        perm = jnp.zeros((nb * K,), jnp.int32).at[dest].set(jnp.arange(nb * K, dtype=jnp.int32))
+        perm = _partition(flat(going(st_b, cap_b, act_b)))
         moved = jax.tree_util.tree_map(lambda a: flat(a)[perm].reshape(a.shape), (st_b, th_b, cap_b, act_b))
         return (*moved, order[perm])
 
@@ -619,12 +572,12 @@ def minimise_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
     return st._replace(f=jnp.where(jnp.isfinite(st.f), st.f, jnp.inf))
 
 
-@jax.named_scope("minimise_dense")
-def minimise_dense(objective: Callable, derivatives: Callable | None, h0: Array, thetas, max_steps: int, *,
+@jax.named_scope("minimize_dense")
+def minimize_dense(objective: Callable, derivatives: Callable | None, h0: Array, thetas, max_steps: int, *,
                    stop_tol: float = 1e-11, mu0: float = 1e-10) -> LaneState:
     """Minimise `objective(h, theta_i)` from `h0[i] (M, n)` for every lane (`thetas`: leading `(M,)` axis) by
     `_newton_step`s side by side, until every lane's gradient is below `stop_tol` or `max_steps` steps: the small
-    program for a few lanes (`minimise_lanes` is the economical one for many). A lane that has stopped keeps its
+    program for a few lanes (`minimize_lanes` is the economical one for many). A lane that has stopped keeps its
     state. Returns the final `LaneState` (values non-finite -> `inf`)."""
     der = lane_derivatives(objective, derivatives)
     M = h0.shape[0]
@@ -649,13 +602,13 @@ def node_lanes(objective, derivatives, settings: LaneSettings, node_thetas, shar
     """Every start of every node: `starts (N, S, n)`, `active (N, S)` (or broadcastable); node `i`'s objective is
     `objective(h, node_thetas[i] + shared)` (tuples). Returns `LaneState` with `(N, S)` leading axes. The lanes
     are laid out slot by slot (all nodes' first start, then all second starts, ...): the rounds of
-    `minimise_lanes` run slot by slot first (a slot with no active start costs nothing), then take the lowest
+    `minimize_lanes` run slot by slot first (a slot with no active start costs nothing), then take the lowest
     lanes first."""
     N, S, n = starts.shape
     lane_node = jnp.tile(jnp.arange(N), S)
     thetas = jax.tree_util.tree_map(lambda a: a[lane_node], tuple(node_thetas))
     caps = np.broadcast_to(np.asarray(settings.max_steps, np.int32), (S,))
-    st = minimise_lanes(lambda h, th: objective(h, tuple(th) + tuple(shared)),
+    st = minimize_lanes(lambda h, th: objective(h, tuple(th) + tuple(shared)),
                         None if derivatives is None else (lambda h, th: derivatives(h, tuple(th) + tuple(shared))),
                         jnp.swapaxes(starts, 0, 1).reshape(S * N, n), thetas,
                         jnp.swapaxes(jnp.broadcast_to(active, (N, S)), 0, 1).reshape(-1), np.repeat(caps, N),
@@ -670,7 +623,7 @@ def _best(values: Array, active: Array) -> Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
 def lowest_minima(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active):
-    """The lowest minimum of every node's proximal problem over its active starts (`minimise_lanes`).
+    """The lowest minimum of every node's proximal problem over its active starts (`minimize_lanes`).
 
     Node `i` minimises `objective(h, node_thetas[i] + shared)` (`node_thetas`: a tuple of `(N, ...)` arrays,
     `shared`: a tuple of unbatched values) from `starts (N, S, n)`, where `active (N, S)` (or broadcastable).

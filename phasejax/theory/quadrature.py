@@ -160,7 +160,7 @@ def _pivot_normals(params, ov, hstar):
 
     At `omega = 0` the dot-product student's loss is even in `h`, so the proximal problem has mirror minima
     `+-h_V` of equal value, and near the pivot the global minimiser switches between them across the plane
-    `omega . h_V = 0`. `h_V` is found by damped Newton (`phasejax.theory.prox.minimise_dense`, to rounding)
+    `omega . h_V = 0`. `h_V` is found by damped Newton (`phasejax.theory.prox.minimize_dense`, to rounding)
     from the starts `PIVOT_STARTS`, the lowest kept; where it vanishes (one basin at `h = 0`), the direction of
     steepest change is the softest eigenvector of the Hessian there. Mapped to `xi` coordinates
     (`omega_l = sigma_l sqrt(q0) xi_l + m_l`), the normal is proportional to `sigma_l h_V,l`. A plane's normal has
@@ -169,7 +169,7 @@ def _pivot_normals(params, ov, hstar):
     the same whatever the rounding.
     """
     from phasejax.theory import small_linalg
-    from phasejax.theory.prox import closed_form_prox, lane_derivatives, minimise_dense
+    from phasejax.theory.prox import closed_form_prox, lane_derivatives, minimize_dense
 
     L = params.L
     dtype = hstar.dtype
@@ -183,7 +183,7 @@ def _pivot_normals(params, ov, hstar):
                            (lambda h, th: derivatives(h, (zero, th, V_inv, params))))
     starts = jnp.asarray(PIVOT_STARTS, dtype)
     S = starts.shape[0]
-    lanes = minimise_dense(obj, der, jnp.tile(starts, (K, 1)), jnp.repeat(T, S, axis=0), 40, stop_tol=1e-12)
+    lanes = minimize_dense(obj, der, jnp.tile(starts, (K, 1)), jnp.repeat(T, S, axis=0), 40, stop_tol=1e-12)
     values = jnp.where(jnp.isfinite(lanes.f), lanes.f, jnp.inf).reshape(K, S)
     best = jnp.argmin(values, axis=1)
     h = lanes.h.reshape(K, S, 2)[jnp.arange(K), best]

@@ -153,7 +153,7 @@ def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie
                    mu0: float = 1e-10) -> tuple[Array, Array, Array, Array]:
     """`minima_jacobians` of the nodes `points`, every node's proximal problem solved from `omega`, `-omega` (the
     mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` by damped Newton
-    (`phasejax.theory.prox.minimise_lanes`), each start until it has converged, at most `max(n_steps,
+    (`phasejax.theory.prox.minimize_lanes`), each start until it has converged, at most `max(n_steps,
     max_steps)` steps (`mu0`: the initial damping)."""
     fd = node_fields(ov, params, points)
     N = points.shape[0]

@@ -105,7 +105,8 @@ class MapEvaluation(NamedTuple):
     `Fx (n,)` the map with the branch's holds, `Fx_open (n,)` without them, `hats` (held), `envelope ()`
     `E[M]`, `loss ()` `E[ell(h_hat)]`, `h (N, L r)` node minimisers, `h_starts (N, S, L r)` every start's
     minimiser (`S = 3`: warm, mirror, field; `S = 1` for `prox_starts="zero"`), `prox_grad_norm ()` the largest
-    node residual, `prox_unconverged ()` weight fraction of nodes above `prox_tol`.
+    node residual, `prox_unconverged ()` weight fraction of nodes above `prox_tol`, `switched ()` whether an
+    alternative start found a lower minimum than the warm start at some node (the node changed basin).
     """
 
     Fx: Array
@@ -117,6 +118,7 @@ class MapEvaluation(NamedTuple):
     h_starts: Array
     prox_grad_norm: Array
     prox_unconverged: Array
+    switched: Array
 
 
 @jax.named_scope("se_map")
@@ -145,7 +147,8 @@ def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: float =
     return MapEvaluation(Fx=ravel_pytree(new)[0], Fx_open=ravel_pytree(overlap_updates(hats_open, params))[0],
                          hats=hats, envelope=E(nodes.envelope), loss=E(nodes.loss), h=nodes.h,
                          h_starts=nodes.h_starts, prox_grad_norm=jnp.max(nodes.grad_norm),
-                         prox_unconverged=unconverged)
+                         prox_unconverged=unconverged,
+                         switched=jnp.asarray(False) if nodes.start is None else jnp.any(nodes.start > 0))
 
 
 def initial_warm(params: TiedAttentionParams, scheme, ov, frame=None) -> Array:

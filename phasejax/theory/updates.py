@@ -71,6 +71,7 @@ class NodeValues:
         `tie_width`, else `None`: then it is `f f^T`).
       h_starts: `(N, S, L r)` where every start ended (`S = 3`: warm, mirror, field; `1` for `prox_starts="zero"`;
         an inactive start's is the start itself); not differentiated.
+      start: `(N,)` the index of the start whose minimum is kept (hard selection only, else `None`).
     """
 
     f: Array
@@ -84,6 +85,7 @@ class NodeValues:
     df_dhstar: Array | None = None
     ff: Array | None = None
     h_starts: Array | None = None
+    start: Array | None = None
 
 
 STOP_TOL_FACTOR = 1e-5
@@ -207,7 +209,7 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
     taking at most `n_steps` damped Newton steps (an int or one per start).
 
     Each start stops as soon as its gradient is below `STOP_TOL_FACTOR * prox_tol`
-    (`phasejax.theory.prox.minimise_lanes`: a start costs the steps it needs), and the lowest objective is kept
+    (`phasejax.theory.prox.minimize_lanes`: a start costs the steps it needs), and the lowest objective is kept
     (`lowest_minima`, differentiable in the state; closed forms where `closed_form_prox` applies).
     `hat_form="implicit"` adds the pointwise implicit derivatives of `f` (for the implicit-form hats).
 
@@ -254,7 +256,7 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
         return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff,
                           h_starts=jax.lax.stop_gradient(hs))
 
-    h, gnorm, _, h_starts = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+    h, gnorm, start, h_starts = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
     hm = h.reshape(N, L, r)
     f = jnp.einsum("lab,nlb->nla", V_inv, hm - omega)
     envelope = jax.vmap(lambda hh, om, t: moreau_objective(hh, (om, t, V_inv, params)))(h, omega, T)
@@ -265,7 +267,7 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
             lambda a, b: sample_loss(a, params.target(b, params), params), hh, om, V_inv, hs))(hm, omega, hstar)
         dfdw, dfdh = der.df_domega, der.df_dhstar
     return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, df_domega=dfdw,
-                      df_dhstar=dfdh, h_starts=h_starts)
+                      df_dhstar=dfdh, h_starts=h_starts, start=start)
 
 
 def check_tie_width(tie_width, hat_form: str) -> None:

@@ -12,8 +12,8 @@ from phasejax.theory import envelope_derivatives, make_params, moreau_prox, newt
 from phasejax.theory import MapApproximation
 from phasejax.theory.fields import Overlaps, sample_loss
 from phasejax.theory.prox import (
-    moreau_minimiser,
-    moreau_minimisers,
+    moreau_minimizer,
+    moreau_minimizers,
     moreau_objective,
     pair_dot_product_derivatives,
     pair_dot_product_objective,
@@ -127,13 +127,13 @@ def _both_objectives(h, theta):
             jax.grad(moreau_objective)(h, theta), jax.hessian(moreau_objective)(h, theta))
 
 
-def test_moreau_minimiser_derivative_is_the_implicit_one():
+def test_moreau_minimizer_derivative_is_the_implicit_one():
     """d h_hat / d omega from the custom JVP equals a central finite difference of the minimiser."""
     omega, T, V_inv, params = _theta(4, V=2.0)
     starts = jnp.asarray([[0.0, 0.0], [1.0, -1.0], [-1.0, 1.0]])
 
     def h_hat(om):
-        return moreau_minimiser(pair_dot_product_objective, (om, T, V_inv, params), starts, n_steps=40,
+        return moreau_minimizer(pair_dot_product_objective, (om, T, V_inv, params), starts, n_steps=40,
                                 derivatives=pair_dot_product_derivatives)[0]
 
     h_hat = jax.jit(h_hat)      # one compilation for the five evaluations below
@@ -149,7 +149,7 @@ def test_moreau_minimiser_derivative_is_the_implicit_one():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Smoothed selection at ties between basins (tie_weights, moreau_minimisers, node_values(tie_width=...))
+# Smoothed selection at ties between basins (tie_weights, moreau_minimizers, node_values(tie_width=...))
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -176,11 +176,11 @@ def _mirror_problem(s):
 def _minima_at(s):
     theta = _mirror_problem(s)
     starts = jnp.asarray([[1.0, -1.0], [-1.0, 1.0], [0.3, 0.2]])
-    return moreau_minimisers(pair_dot_product_objective, theta, starts, n_steps=40,
+    return moreau_minimizers(pair_dot_product_objective, theta, starts, n_steps=40,
                              derivatives=pair_dot_product_derivatives)
 
 
-def test_moreau_minimisers_tangents_are_the_implicit_and_envelope_derivatives():
+def test_moreau_minimizers_tangents_are_the_implicit_and_envelope_derivatives():
     """Every start's minimiser moves as the implicit function theorem says and its value as the envelope
     theorem says (central differences), including the basin that is not the lowest."""
     s0 = 0.03
