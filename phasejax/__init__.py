@@ -33,8 +33,8 @@ _ENTRY_POINTS = {
     # theory: the state evolution of tied low-rank attention
     "make_params": "phasejax.theory.params",
     "TiedAttentionParams": "phasejax.theory.params",
-    "SEConfig": "phasejax.theory.solver",
-    "MapApproximation": "phasejax.theory.solver",
+    "SEConfig": "phasejax.theory.newton",
+    "MapApproximation": "phasejax.theory.se_map",
     "SEResult": "phasejax.theory.results",
     "solve_state_evolution": "phasejax.theory.solver",
     "solve_along_alpha": "phasejax.theory.solver",

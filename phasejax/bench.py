@@ -130,7 +130,7 @@ def environment() -> dict:
     import jax
 
     from phasejax import __version__
-    from phasejax.commands.experiment_flags import command_line
+    from phasejax.commands.flags import command_line
 
     root = repository_root()
     commit = _git(root, "rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
@@ -197,8 +197,13 @@ with float64_scope():
     one_track = PhaseConfig(seeds={b: s[:1] for b, s in PhaseConfig().seeds.items()})
     fn = make_row_fn(grid, params, resolve_scheme(None, params), one_track)
     chunk = dict(omega=np.full(1, row["omega"]), branch=np.zeros(1, np.int32))
+    try:                      # the XLA options the phase diagram compiles with (a version without them: none)
+        from phasejax.xla import compiler_options
+        options = compiler_options()
+    except ImportError:
+        options = None
     t, c = time.perf_counter(), cpu()
-    lowered = jax.jit(fn).lower(chunk)
+    lowered = jax.jit(fn, compiler_options=options).lower(chunk)
     lower_s, lower_cpu = time.perf_counter() - t, cpu() - c
     t, c = time.perf_counter(), cpu()
     compiled = lowered.compile()
@@ -433,7 +438,8 @@ def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int | Non
     from phasejax.commands.phase_diagram import auto_chunk_rows
     from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseGrid, phase_diagram
     from phasejax.sweep import RunOptions
-    from phasejax.theory import CENSUS_SEEDS, make_params
+    from phasejax.theory import make_params
+    from phasejax.theory.census import CENSUS_SEEDS
 
     grid = PhaseGrid.from_ranges(np.asarray(alphas, np.float64), np.asarray(omegas, np.float64))
     config = PhaseConfig(seeds={b: CENSUS_SEEDS[b][:tracks] for b in PHASE_BRANCHES})

@@ -370,13 +370,15 @@ def _reject_chunk(path: str, problem: str) -> None:
 # ----------------------------------------------------------------------------
 
 
-def sharded(fn: Callable, devices) -> Callable:
-    """Jit `fn` with its leading (batch) axis split over `devices` (a 1-d mesh, `shard_map`)."""
+def sharded(fn: Callable, devices, compiler_options: dict | None = None) -> Callable:
+    """Jit `fn` with its leading (batch) axis split over `devices` (a 1-d mesh, `shard_map`), compiled with XLA's
+    `compiler_options` (`None`: the defaults)."""
     if len(devices) == 1:
-        return jax.jit(fn)
+        return jax.jit(fn, compiler_options=compiler_options)
     mesh = Mesh(np.asarray(devices), ("batch",))
     spec = PartitionSpec("batch")
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False),
+                   compiler_options=compiler_options)
 
 
 def _check_tasks(tasks: Tasks) -> int:
@@ -455,6 +457,7 @@ def run_chunked(
     tasks: Tasks,
     config: Mapping,
     options: RunOptions | None = None,
+    compiler_options: dict | None = None,
 ) -> dict[str, np.ndarray] | None:
     """Run the batch function `fn` over `tasks` chunk by chunk; resumable; returns the outputs in task order.
 
@@ -466,6 +469,7 @@ def run_chunked(
       config: JSON-serialisable description of everything the results depend
         on besides the tasks (functions allowed: see `callable_identity`).
       options: `RunOptions` (run directory, chunk size, devices, processes, progress).
+      compiler_options: XLA options of the compiled batch function (`jax.jit`'s; `None`: the defaults).
     Returns:
       dict of numpy arrays with a leading axis of `len(tasks)`, in task order;
       `None` when not every chunk is on disk yet (`max_chunks`, or other hosts).
@@ -473,10 +477,10 @@ def run_chunked(
     options = run_options(options)
     if options.run_dir is None:   # nothing to resume: a temporary folder, removed afterwards
         with tempfile.TemporaryDirectory() as tmp:
-            return run_chunked(fn, tasks, config, options.replace(run_dir=tmp))
+            return run_chunked(fn, tasks, config, options.replace(run_dir=tmp), compiler_options)
     _check_run_dir(options.run_dir)
     with run_dir_lock(options.run_dir, options.process_index):
-        return _run_chunked(fn, tasks, config, options)
+        return _run_chunked(fn, tasks, config, options, compiler_options)
 
 
 class RunDirectoryBusy(RunError):
@@ -512,7 +516,8 @@ def run_dir_lock(run_dir: str, process_index: int = 0):
         fh.close()
 
 
-def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, options: RunOptions):
+def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, options: RunOptions,
+                 compiler_options: dict | None = None):
     """`run_chunked` in a run directory whose lock this process holds."""
     n = _check_tasks(tasks)
     names = list(tasks)
@@ -562,7 +567,7 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
     mine = [i for i in range(n_chunks) if i % options.process_count == options.process_index]
     parts = {i: load_checked(i) for i in mine}
     todo = [i for i in mine if parts[i] is None]
-    run = sharded(fn, devices) if todo else None
+    run = sharded(fn, devices, compiler_options) if todo else None
     bar = None
     if options.progress and todo and _interactive():
         from tqdm.auto import tqdm
@@ -600,7 +605,7 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
         if problem is not None:       # a chunk of another process, or one that changed on disk meanwhile
             _reject_chunk(chunk_path(i), problem)
             if run is None:
-                run = sharded(fn, devices)
+                run = sharded(fn, devices, compiler_options)
             parts[i] = compute(i)
             if chunk_problem(parts[i], fingerprint, i, chunk_ids(i), keys) is not None:
                 raise ValueError(f"the batch function returns other outputs for chunk {i} than for chunk 0: "

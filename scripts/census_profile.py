@@ -87,7 +87,8 @@ def main(argv=None):
 
     from phasejax.io import write_csv
     from phasejax.plotting import save_figure
-    from phasejax.theory import FixedRule, SplitProductRule, gauss_hermite
+    from phasejax.theory import SplitProductRule, gauss_hermite
+    from phasejax.theory.quadrature import FixedRule
 
     rules = {"default": SplitProductRule(), "gauss_hermite_8": FixedRule(gauss_hermite(4, 8))}
     cols = {k: [] for k in ("rule", "m", "q", "V", "F_m_minus_m", "qV_residual")}

@@ -34,10 +34,10 @@ def test_the_root_exposes_the_entry_points_lazily():
         phasejax.nope
 
 
-CURATED = ("phasejax.phase", "phasejax.empirics", "phasejax.dynamics", "phasejax.extensions", "phasejax.tasks",
+CURATED = ("phasejax.theory", "phasejax.phase", "phasejax.empirics", "phasejax.dynamics", "phasejax.extensions", "phasejax.tasks",
            "phasejax.tasks.histogram", "phasejax.tasks.markov", "phasejax.tasks.induction", "phasejax.tasks.memory",
            "phasejax.tasks.factual")
-API_PAGES = {"phasejax.phase": "phase.md", "phasejax.empirics": "empirics.md", "phasejax.dynamics": "dynamics.md",
+API_PAGES = {"phasejax.theory": "theory.md", "phasejax.phase": "phase.md", "phasejax.empirics": "empirics.md", "phasejax.dynamics": "dynamics.md",
              "phasejax.extensions": "extensions.md"}
 
 

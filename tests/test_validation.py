@@ -21,14 +21,8 @@ from phasejax.sweep import RunOptions
 from phasejax.tasks.histogram.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid, counting_sweep
 from phasejax.tasks.histogram.data import HistogramTask
 from phasejax.tasks.histogram.two_solutions import TwoSolutionsConfig, attention_mask, two_solutions
-from phasejax.theory import (
-    MapApproximation,
-    SEConfig,
-    gauss_hermite,
-    linear_baseline_error,
-    make_params,
-    quasi_monte_carlo,
-)
+from phasejax.theory import MapApproximation, SEConfig, gauss_hermite, linear_baseline_error, make_params
+from phasejax.theory.quadrature import quasi_monte_carlo
 from phasejax.theory import solve_state_evolution_batch
 
 PAPER = make_params(1.0, 0.3)

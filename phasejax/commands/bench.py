@@ -25,7 +25,8 @@ import argparse
 import os
 import sys
 
-from phasejax.commands.argtypes import UsageError, add_output, default_out, guard_output_file
+from phasejax.commands.argtypes import UsageError, guard_output_file
+from phasejax.commands.flags import add_output, default_out
 
 NAME = "bench"
 HELP = "time every benchmark figure on the device JAX sees; writes <out>/<device>.json"

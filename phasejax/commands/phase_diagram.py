@@ -44,16 +44,20 @@ MAX_POINTS = 10**6
 """The largest grid (`n_alpha * n_omega`) the command accepts: about 2 s a point and subspace on a CPU core."""
 
 
-ROW_BYTES = 1.24e8
-"""Memory of one row program (one omega, one subspace, one track) per alpha, with the default quadrature: XLA's
-memory analysis of a compiled chunk on a CPU needs 0.25 GB at 2 alphas and 0.99 GB at 8, linear in the alphas
-(the quadrature error of every alpha's fixed point is evaluated side by side)."""
+ROW_BYTES = 1.5e8
+"""Memory of one row program (one omega, one subspace, one track) with the default quadrature, whatever its number
+of alphas: the postprocessing and the replicon run per point inside the row's scan, so only the outputs grow with
+the row. XLA's memory analysis of a compiled chunk on a CPU: 114 MB for one row of 8 or of 40 alphas, 285 MB and
+568 MB for 2 and 4 rows side by side."""
+
+ALPHA_BYTES = 1e4
+"""The outputs of one point of a row (a few hundred numbers), with room to spare."""
 
 
 def row_memory_estimate(n_alpha: int, side_by_side: int = 1) -> float:
-    """Bytes of `side_by_side` row programs of `n_alpha` alphas, about (`ROW_BYTES`). A CPU runs the rows and
-    tracks of a chunk one after the other (1); an accelerator side by side (rows times tracks)."""
-    return ROW_BYTES * n_alpha * side_by_side
+    """Bytes of `side_by_side` row programs of `n_alpha` alphas, about (`ROW_BYTES`, `ALPHA_BYTES`). A CPU runs the
+    rows and tracks of a chunk one after the other (1); an accelerator side by side (rows times tracks)."""
+    return (ROW_BYTES + ALPHA_BYTES * n_alpha) * side_by_side
 
 
 CPU_CHUNK_ROWS = 2
@@ -121,7 +125,8 @@ def run(args) -> int:
     w_slice = slice_omega(args, omegas)
     from phasejax.phase import PhaseConfig, PhaseGrid, phase_diagram
     from phasejax.plotting import plot_omega_slice, plot_phase_map
-    from phasejax.theory import CENSUS_SEEDS, make_params
+    from phasejax.theory import make_params
+    from phasejax.theory.census import CENSUS_SEEDS
 
     grid = PhaseGrid.from_ranges(alphas, omegas)
     if max(args.tracks, 1) > min(len(CENSUS_SEEDS["positional"]), len(CENSUS_SEEDS["semantic"])):

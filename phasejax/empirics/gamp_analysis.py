@@ -255,7 +255,8 @@ def branch_replicon(params, ref: dict) -> dict:
     import jax.numpy as jnp
 
     import phasejax
-    from phasejax.theory import Overlaps, default_scheme
+    from phasejax.theory import default_scheme
+    from phasejax.theory.fields import Overlaps
     from phasejax.theory.replicon import replicon, rs_stable
 
     s2 = float(np.asarray(params.sigma)[0]) ** 2

@@ -85,7 +85,7 @@ def general_L_params(alpha=1.0, omega=0.3, *, sigma=(0.5, 0.5, 0.5), diagonal: f
 
 
 def generic_dot_product_student(h, params):
-    """`softmax(h h^T)` like `phasejax.theory.dot_product_student`, as a distinct function: the theory then
+    """`softmax(h h^T)` like `phasejax.theory.params.dot_product_student`, as a distinct function: the theory then
     uses its generic (autodiff Newton) proximal step even for `L = 2, r = 1` (for the reduction test)."""
     del params
     return dot_product_attention(h)

@@ -89,7 +89,7 @@ def overlap_mask(ov: Overlaps, **entries) -> Array:
 def rank2_init(name: str, params: TiedAttentionParams) -> BranchInit:
     """Init, invariant subspace and gauge of one of `INITS` for `r = 2, t = 1, K = 1` (module docstring).
 
-    Per-token defaults as `phasejax.theory.BRANCH_DEFAULTS`: positional columns `q = 0.02, m = 0.2`,
+    Per-token defaults as `phasejax.theory.branches.BRANCH_DEFAULTS`: positional columns `q = 0.02, m = 0.2`,
     semantic columns `q = 0.9, theta = 0.35`, `V = 14.6`, divided by the mean `sigma^2`.
     """
     if name not in INITS:

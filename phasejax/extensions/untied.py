@@ -73,7 +73,7 @@ def untied_params(alpha=1.0, omega=0.3, *, sigma=0.5, lam=0.01, A=((0.6, 0.4), (
 
 def untied_init(name: str, params: TiedAttentionParams, corr: float = 0.5) -> BranchInit:
     """Init of the positional / semantic branch: both columns alike (`W_Q ~ W_K`, query-key correlation
-    `corr` in `q0`), per-token values as `phasejax.theory.BRANCH_DEFAULTS` (positional `q = 0.02, m = 0.2`;
+    `corr` in `q0`), per-token values as `phasejax.theory.branches.BRANCH_DEFAULTS` (positional `q = 0.02, m = 0.2`;
     semantic `q = 0.9, theta = 0.35`; `V = 14.6`) divided by the mean `sigma^2`."""
     if name not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {name!r}")

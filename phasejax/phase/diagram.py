@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax import xla
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.phase.thresholds import alpha_c_with_error, alpha_l_with_error, first_upcrossing
 from phasejax.precision import float64_scope
@@ -108,7 +109,7 @@ class PhaseConfig:
 
     Attributes:
       seeds: per subspace, the per-token `(q, m, V, theta)` census seeds; each is followed along alpha
-        (default: the first two of `phasejax.theory.CENSUS_SEEDS` per subspace).
+        (default: the first two of `phasejax.theory.census.CENSUS_SEEDS` per subspace).
       se: `SEConfig` of every solve (the solver's settings).
       approximation: `MapApproximation` of every solve (how the map is computed at the nodes).
       replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon.replicon_columns`,
@@ -586,7 +587,7 @@ def phase_diagram(
         cfg = diagram_config(grid, params, scheme, config)
         tasks = grid.tasks()
         fn = make_row_fn(grid, params, scheme, config)
-        rows = run_chunked(fn, tasks, cfg, run_options(options))
+        rows = run_chunked(fn, tasks, cfg, run_options(options), compiler_options=xla.compiler_options())
         if rows is None:
             return None
         rows = {**tasks, **rows}

@@ -22,6 +22,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from phasejax.precision import uses_float64
+from phasejax import xla
 from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.results import SEResult
 from phasejax.theory.branches import BranchInit, branch_init, stack_inits
@@ -112,7 +113,7 @@ def _census(params, inits: BranchInit, scheme, config: SEConfig, approximation: 
     return FixedPointCensus(results=results, distinct=distinct, branch_index=branch, n_distinct=jnp.sum(distinct))
 
 
-census_jit = jax.jit(_census, static_argnames=("config", "approximation", "newton_too", "batch_size"))
+census_jit = xla.jit(_census, static_argnames=("config", "approximation", "newton_too", "batch_size"))
 
 
 @uses_float64

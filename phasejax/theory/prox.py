@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import block_diag
 
 from phasejax.theory import small_linalg
@@ -475,22 +476,60 @@ def _partition(flags: Array) -> Array:
     return jnp.zeros((M,), jnp.int32).at[dest].set(jnp.arange(M, dtype=jnp.int32))
 
 
+class _Rows(NamedTuple):
+    """How a lane's state and problem are laid out in one row of floats (`_pack`, `_unpack`)."""
+
+    n: int                  # the minimiser's size
+    unravel: Callable       # a lane's problem from its row part
+
+
+def _pack(st: LaneState, cap: Array, act: Array, theta_rows: Array) -> Array:
+    """Lanes as rows `(M, P)`: `h, f, g, H, mu, steps, cap, active` and the lane's problem, raveled."""
+    M, n = st.h.shape
+    col = lambda a: jnp.asarray(a, st.h.dtype)[:, None]  # noqa: E731
+    return jnp.concatenate([st.h, col(st.f), st.g, st.H.reshape(M, n * n), col(st.mu), col(st.steps), col(cap),
+                            col(act), theta_rows], axis=1)
+
+
+def _unpack(rows: Array, n: int) -> tuple[LaneState, Array, Array]:
+    """`(LaneState, cap, active)` of rows `(..., P)` (`_pack`'s inverse, the problem left in the row)."""
+    lead = rows.shape[:-1]
+    h, f, g = rows[..., :n], rows[..., n], rows[..., n + 1:2 * n + 1]
+    k = 2 * n + 1
+    H = rows[..., k:k + n * n].reshape(lead + (n, n))
+    k += n * n
+    st = LaneState(h=h, f=f, g=g, H=H, mu=rows[..., k], steps=rows[..., k + 1].astype(jnp.int32))
+    return st, rows[..., k + 2].astype(jnp.int32), rows[..., k + 3] > 0.5
+
+
+def _row_problem(rows: Array, layout: _Rows):
+    """The lanes' problems (`thetas`, leading axes those of `rows`) of rows `(..., P)`."""
+    if layout.unravel is None:
+        return ()
+    n = layout.n
+    k = 2 * n + 1 + n * n + 4
+    lead = rows.shape[:-1]
+    theta = jax.vmap(layout.unravel)(rows[..., k:].reshape((-1, rows.shape[-1] - k)))
+    return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), theta)
+
+
 @jax.named_scope("minimize_lanes")
 def minimize_lanes(objective: Callable, derivatives: Callable | None, h0: Array, thetas, active: Array,
                    max_steps, *, stop_tol: float = 1e-11, block: int = 512, mu0: float = 1e-10) -> LaneState:
     """Minimise `objective(h, theta_i)` from `h0[i]` for every lane `i` of `M`, each until it has converged.
 
-    `thetas` is a pytree with a leading `(M,)` axis; `active (M,)` bool marks the lanes to minimise (the others
-    keep their start and take no step); `max_steps` (an int or `(M,)` integer array, may be traced) caps each
-    lane's steps. A lane stops when its gradient is below `stop_tol` (or its steps reach its cap).
+    `thetas` is a pytree with a leading `(M,)` axis (of the dtype of `h0`); `active (M,)` bool marks the lanes
+    to minimise (the others keep their start and take no step); `max_steps` (an int or `(M,)` integer array, may
+    be traced) caps each lane's steps. A lane stops when its gradient is below `stop_tol` (or its steps reach
+    its cap).
 
     The steps are `_newton_step`'s, taken side by side in blocks of `block` lanes, so that a lane costs about the
     steps it needs: the lanes with a step to take are put last (a stable partition), each round steps only the
     blocks from the first one with a lane still going, skipping any block with none, and the lanes still going
-    are put last again after the second and the fourth round; a block tries the shorter lengths of its steps only where a lane's full
-    length is not taken (near a minimum, most steps). Most lanes of a minimisation that starts near its minima finish in a step or
-    two, and a few far ones then run on in a few blocks. The step is traced once. Returns the final `LaneState`
-    (values non-finite -> `inf`) in the lanes' order. Jittable and vmappable.
+    are put last again after the second and the fourth round; a block tries the shorter lengths of its steps
+    only where a lane's full length is not taken (near a minimum, most steps). A lane's state and problem
+    travel as one row of floats, so that a block is read and written whole. The step is traced once. Returns
+    the final `LaneState` (values non-finite -> `inf`) in the lanes' order. Jittable and vmappable.
     """
     der = lane_derivatives(objective, derivatives)
     M, n = h0.shape
@@ -498,25 +537,26 @@ def minimize_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
     f, g, H = jax.vmap(der)(h0, thetas)
     st = LaneState(h=h0, f=f, g=g, H=H, mu=jnp.full((M,), mu0, dtype), steps=jnp.zeros((M,), jnp.int32))
     cap = jnp.broadcast_to(jnp.asarray(max_steps, jnp.int32), (M,))
-    act = jnp.asarray(active, bool) & (cap > 0)
-    go = act & (jnp.max(jnp.abs(g), axis=1) > stop_tol)
-    order = _partition(go)                                                       # the lanes going last
+    act = jnp.broadcast_to(jnp.asarray(active, bool), (M,)) & (cap > 0)
+    if jax.tree_util.tree_leaves(thetas):
+        theta_rows = jax.vmap(lambda t: ravel_pytree(t)[0])(thetas)
+        layout = _Rows(n=n, unravel=ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], thetas))[1])
+    else:                 # the lanes share their problem (it lives in the objective's closure)
+        theta_rows, layout = jnp.zeros((M, 0), dtype), _Rows(n=n, unravel=None)
     K = max(1, min(int(block), M))
     nb = -(-M // K)
     pad = nb * K - M
 
-    def blocks(a):      # sorted, padded with lanes that take no step, in `nb` blocks of `K`
-        a = a[order]
-        a = jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]) if pad else a
-        return a.reshape((nb, K) + a.shape[1:])
-
-    st_b, th_b, cap_b = jax.tree_util.tree_map(blocks, (st, thetas, cap))
-    act_b = blocks(act)
-    if pad:
-        act_b = act_b.reshape(-1).at[M:].set(False).reshape(nb, K)
-
     def going(s, c, a):
         return a & (jnp.max(jnp.abs(s.g), axis=-1) > stop_tol) & (s.steps < c)
+
+    rows = _pack(st, cap, act, theta_rows.astype(dtype))
+    order = _partition(going(st, cap, act))                                      # the lanes going last
+    rows = rows[order]
+    if pad:     # lanes that take no step (not active)
+        rows = jnp.concatenate([rows, jnp.zeros((pad, rows.shape[1]), dtype)])
+        order = jnp.concatenate([order, jnp.full((pad,), M, order.dtype)])          # M: a padding lane
+    rows = rows.reshape(nb, K, -1)
 
     def full_length(s, theta):     # a direction and its full length: `(direction, value there, taken)`
         d, resolved = _direction(s.h, s.f, s.g, s.H, s.mu)
@@ -528,47 +568,46 @@ def minimize_lanes(objective: Callable, derivatives: Callable | None, h0: Array,
         moved = LaneState(h=h, f=f, g=g, H=H, mu=mu, steps=s.steps + 1)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(run, a, b), moved, s)
 
-    def step(s, th, run):
-        """`_newton_step` on a block's lanes where `run`: the shorter lengths are tried only if a lane's full
-        length is not taken."""
+    def step_rows(r):
+        """`_newton_step` on a block's rows where a lane is going: the shorter lengths are tried only if a lane's
+        full length is not taken."""
+        s, c, a = _unpack(r, n)
+        th = _row_problem(r, layout)
+        run = going(s, c, a)
         d, f_full, taken = jax.vmap(full_length)(s, th)
         h_new = s.h + d
         h_new = jax.lax.cond(jnp.any(run & ~taken), lambda: jnp.where(
             taken[:, None], h_new, jax.vmap(lambda s_, t_, d_, f_: _best_length(lambda h: objective(h, t_), s_.h, d_,
                                                                                  f_))(s, th, d, f_full)),
             lambda: h_new)
-        return jax.vmap(finish)(s, th, h_new, run)
+        s = jax.vmap(finish)(s, th, h_new, run)
+        return r.at[:, :2 * n + 1 + n * n + 2].set(_pack(s, c, a, r[:, :0])[:, :2 * n + 1 + n * n + 2])
+
+    def live_lanes(rows):
+        return going(*_unpack(rows, n))
 
     def regroup(carry):
-        """Gather the lanes still going at the end (a stable partition), so that the rounds that follow step
-        the fewest blocks."""
-        st_b, th_b, cap_b, act_b, order = carry
-        flat = lambda a: a.reshape((nb * K,) + a.shape[2:])  # noqa: E731
-        perm = _partition(flat(going(st_b, cap_b, act_b)))
-        moved = jax.tree_util.tree_map(lambda a: flat(a)[perm].reshape(a.shape), (st_b, th_b, cap_b, act_b))
-        return (*moved, order[perm])
+        """Put the lanes still going last (a stable partition), so that the rounds that follow step the fewest
+        blocks."""
+        rows, order = carry
+        flat = rows.reshape(nb * K, -1)
+        perm = _partition(live_lanes(flat))
+        return flat[perm].reshape(rows.shape), order[perm]
 
     def round_(carry):
-        st_b, th_b, cap_b, act_b, order, r = carry
-        st_b, th_b, cap_b, act_b, order = jax.lax.cond(
-            (r == 2) | (r == 4), regroup, lambda c: c, (st_b, th_b, cap_b, act_b, order))
-        live = jnp.any(going(st_b, cap_b, act_b), axis=1)                            # (nb,)
+        rows, order, r = carry
+        rows, order = jax.lax.cond((r == 2) | (r == 4), regroup, lambda c: c, (rows, order))
+        live = jnp.any(live_lanes(rows), axis=1)                                       # (nb,)
 
-        def step_block(i, st_b):
-            s = jax.tree_util.tree_map(lambda a: a[i], st_b)  # noqa: B023
-            run = going(s, cap_b[i], act_b[i])
-            s = jax.lax.cond(live[i], lambda: step(s, jax.tree_util.tree_map(lambda a: a[i], th_b), run), lambda: s)
-            return jax.tree_util.tree_map(lambda a, b: a.at[i].set(b), st_b, s)
+        def step_block(i, rows):
+            return jax.lax.cond(live[i], lambda: rows.at[i].set(step_rows(rows[i])), lambda: rows)  # noqa: B023
 
-        return jax.lax.fori_loop(jnp.argmax(live), nb, step_block, st_b), th_b, cap_b, act_b, order, r + 1
+        return jax.lax.fori_loop(jnp.argmax(live), nb, step_block, rows), order, r + 1
 
-    max_rounds = jnp.max(cap)
-    order = jnp.concatenate([order, jnp.full((pad,), M, order.dtype)]) if pad else order   # M: a padding lane
-    st_b, _, _, _, order, _ = jax.lax.while_loop(
-        lambda c: jnp.any(going(c[0], c[2], c[3])) & (c[5] < max_rounds), round_,
-        (st_b, th_b, cap_b, act_b, order, jnp.asarray(0, jnp.int32)))
-    flat = jax.tree_util.tree_map(lambda a: a.reshape((nb * K,) + a.shape[2:]), st_b)
-    st = jax.tree_util.tree_map(lambda a: jnp.zeros((M + 1,) + a.shape[1:], a.dtype).at[order].set(a)[:M], flat)
+    rows, order, _ = jax.lax.while_loop(lambda c: jnp.any(live_lanes(c[0])) & (c[2] < jnp.max(cap)), round_,
+                                        (rows, order, jnp.asarray(0, jnp.int32)))
+    flat = jnp.zeros((M + 1, rows.shape[-1]), dtype).at[order].set(rows.reshape(nb * K, -1))[:M]
+    st = _unpack(flat, n)[0]
     return st._replace(f=jnp.where(jnp.isfinite(st.f), st.f, jnp.inf))
 
 

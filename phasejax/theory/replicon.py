@@ -23,7 +23,7 @@ Where a node's global minimiser jumps between two basins, `J` carries a
 delta function on the jump surface and `E[J (x) J]` its square: the
 replicon is infinite. It is computed at a finite smoothing `tie_width`
 (`tau`, an energy): the node's minima `k` are blended with weights
-`w_k = softmax(-M_k / tau)` (`phasejax.theory.tie_weights`), so
+`w_k = softmax(-M_k / tau)` (`phasejax.theory.prox.tie_weights`), so
 
     f = sum_k w_k f_k,   J = sum_k w_k J_k + (1 / tau) sum_k w_k (f_k - f)(f_k - f)^T
 
@@ -36,12 +36,11 @@ strength (`A = 0` where no node of the rule has two minima within reach).
 error from the scheme's replicas.
 
 Everything is vectorised over quadrature nodes (main rule and replicas); the
-cost is the prox's Newton steps from two cold starts per node. Most starts
-converge in a few steps and a few need many, so `replicon_columns` gives every
-start 6 steps and only the unconverged ones more, up to 30, in compacted
-rounds (`converge_lanes`): about 0.8 s per fixed point of the default rule on
-a 2-core CPU, against 1.4 s for 16 fixed steps and 2.5 s for 30 (timed side
-by side). Call it once per converged fixed point.
+cost is the prox's Newton steps from the starts of every node. Most starts
+converge in a few steps and a few need many, so every start runs until it has
+converged, at most `REPLICON_MAX_STEPS` steps, and the converged ones leave
+the batch (`phasejax.theory.prox.minimize_lanes`). Call it once per
+converged fixed point (`phasejax bench` measures its cost).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from phasejax import xla
 from phasejax.precision import float64_scope
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams
@@ -151,17 +151,23 @@ def minima_jacobians(minima: NodeMinima, params: TiedAttentionParams, tie_width,
 def node_jacobians(ov: Overlaps, params: TiedAttentionParams, points: Array, tie_width, *, warm: Array | None = None,
                    n_steps: int = 30, prox_tol: float = 1e-8, max_steps: int | None = None,
                    mu0: float = 1e-10) -> tuple[Array, Array, Array, Array]:
-    """`minima_jacobians` of the nodes `points`, every node's proximal problem solved from `omega`, `-omega` (the
-    mirror basin: the dot-product student is even) and (optionally) `warm (N, L r)` by damped Newton
-    (`phasejax.theory.prox.minimize_lanes`), each start until it has converged, at most `max(n_steps,
-    max_steps)` steps (`mu0`: the initial damping)."""
+    """`minima_jacobians` of the nodes `points`, every node's proximal problem solved by damped Newton
+    (`phasejax.theory.prox.minimize_lanes`, each start until it has converged, at most `max(n_steps, max_steps)`
+    steps; `mu0`: the initial damping) from `omega`, `-omega` (the mirror basin: the dot-product student is even)
+    and (optionally) `warm (N, L r)`, and then from the mirror of the lowest minimum found: the starts the state
+    evolution's own prox tries at a fixed point (its minimiser, the mirror of it and the field)."""
     fd = node_fields(ov, params, points)
     N = points.shape[0]
     w_all = fd.omega.reshape(N, -1)
     starts = jnp.stack([w_all, -w_all] + ([] if warm is None else [warm]), axis=1)      # (N, S, n)
     cap = max(int(n_steps), int(max_steps or 0))
-    minima = node_minima(ov, params, points, starts, jnp.ones((starts.shape[1],), bool), n_steps=cap,
-                         prox_tol=prox_tol, mu0=mu0)
+    first = node_minima(ov, params, points, starts, jnp.ones((starts.shape[1],), bool), n_steps=cap,
+                        prox_tol=prox_tol, mu0=mu0)
+    best = jnp.take_along_axis(first.hs, jnp.argmin(first.values, axis=1)[:, None, None], axis=1)
+    mirror = node_minima(ov, params, points, -best, jnp.ones((1,), bool), n_steps=cap, prox_tol=prox_tol, mu0=mu0)
+    minima = first._replace(hs=jnp.concatenate([first.hs, mirror.hs], axis=1),
+                            values=jnp.concatenate([first.values, mirror.values], axis=1),
+                            grad_norms=jnp.concatenate([first.grad_norms, mirror.grad_norms], axis=1))
     return minima_jacobians(minima, params, tie_width, prox_tol)
 
 
@@ -352,7 +358,7 @@ def replicon_table(table, problem, *, converged=None, progress=None) -> dict:
                                         omega=jnp.asarray(float(row["omega"]), jnp.float64))
                 if id(quadrature) not in compiled:            # the scheme is static: one program per scheme
                     scheme = resolve_scheme(quadrature, params)
-                    compiled[id(quadrature)] = (quadrature, jax.jit(
+                    compiled[id(quadrature)] = (quadrature, xla.jit(
                         lambda ov, p, s=scheme: replicon_columns(ov, p, s, True)))
                 cols = compiled[id(quadrature)][1](overlaps_from_columns(table, i, params), params)
                 for k in REPLICON_COLUMNS:

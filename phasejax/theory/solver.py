@@ -14,7 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phasejax import xla
 from phasejax.precision import uses_float64
+from phasejax.solvers import raise_unless_converged
 from phasejax.theory.branches import BRANCHES, BranchInit, branch_init
 from phasejax.theory.continuation import continuation
 from phasejax.theory.newton import SEConfig
@@ -34,7 +36,7 @@ def _solve(params, init, scheme, config, approximation, kappa=None):
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
 
 
-solve_jit = jax.jit(_solve, static_argnames=("config", "approximation"))
+solve_jit = xla.jit(_solve, static_argnames=("config", "approximation"))
 
 
 def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig, approximation: MapApproximation):
@@ -42,7 +44,7 @@ def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig, appro
     return continuation(params, alphas, init, scheme, config, approximation)[0]
 
 
-solve_row_jit = jax.jit(_solve_row, static_argnames=("config", "approximation"))
+solve_row_jit = xla.jit(_solve_row, static_argnames=("config", "approximation"))
 
 
 # ----------------------------------------------------------------------------
@@ -81,7 +83,7 @@ def resolve_scheme(quadrature, params: TiedAttentionParams):
 @uses_float64
 def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = "semantic", quadrature=None,
                           config: SEConfig = SEConfig(),
-                          approximation: MapApproximation = MapApproximation()) -> SEResult:
+                          approximation: MapApproximation = MapApproximation(), *, throw: bool = False) -> SEResult:
     """Solve the state evolution at one point (theory notes, sections 4-5, 8).
 
     Args:
@@ -92,6 +94,8 @@ def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = 
         `SobolRule`) or a fixed `Quadrature` (then errors are not estimated).
       config: `SEConfig` (static): the solver's settings.
       approximation: `MapApproximation` (static): how the map is computed at the nodes.
+      throw: raise `phasejax.solvers.SolverError` when the solve did not converge (a concrete call, as
+        optimistix's `throw=True`); by default failure is the result's `status`.
     Returns:
       `SEResult` (float64) with `errors` (95% half-widths of the quadrature error). Invalid concrete
       inputs raise `ValueError`; invalid traced inputs give `status = INVALID_INPUT`; an iterate leaving the
@@ -106,7 +110,14 @@ def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = 
     validate_params(params)
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return solve_jit(params, init, scheme, config, approximation)[0]
+    return _checked(solve_jit(params, init, scheme, config, approximation)[0], throw, "solve_state_evolution")
+
+
+def _checked(result: SEResult, throw: bool, what: str) -> SEResult:
+    """`result`, or `SolverError` with `throw` when any of its points did not converge."""
+    if throw:
+        raise_unless_converged(result.status, what)
+    return result
 
 
 def _check_grid(alpha, omega):
@@ -146,7 +157,8 @@ def map_points(f, xs, batch_size: int | str = "auto"):
 def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init: BranchInit | str = "semantic",
                                 quadrature=None, config: SEConfig = SEConfig(), batched_init: bool = False,
                                 batch_size: int | str = "auto",
-                                approximation: MapApproximation = MapApproximation()) -> SEResult:
+                                approximation: MapApproximation = MapApproximation(), *,
+                                throw: bool = False) -> SEResult:
     """Solve at `N` points `(alpha[i], omega[i])` in one call (results carry a leading `(N,)` axis).
 
     `init` is shared by all points, or with `batched_init=True` a `BranchInit` with a leading `(N,)` axis
@@ -154,7 +166,8 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
     a group every point gets the same work per iteration and the loop runs until the group's slowest point
     is done, so a group costs its slowest point. `"auto"`: one point at a time on a CPU (a batch then costs
     the sum of its solves, no more), all `N` side by side on an accelerator. `solve_along_alpha`
-    (continuation) is much cheaper along a line of `alpha`.
+    (continuation) is much cheaper along a line of `alpha`. `throw`: raise `SolverError` when any point did not
+    converge (as `solve_state_evolution`).
     """
     alpha, omega = _check_grid(alpha, omega)
     validate_params(params.replace(alpha=alpha, omega=omega))
@@ -172,7 +185,7 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
         a, w, i = point
         return solve_jit(params.replace(alpha=a, omega=w), i, scheme, config, approximation)[0]
 
-    return map_points(solve, (alpha, omega, inits), batch_size)
+    return _checked(map_points(solve, (alpha, omega, inits), batch_size), throw, "solve_state_evolution_batch")
 
 
 def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
@@ -189,30 +202,34 @@ def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
 @uses_float64
 def solve_along_alpha(params: TiedAttentionParams, alphas, init: BranchInit | str = "semantic", quadrature=None,
                       config: SEConfig = SEConfig(),
-                      approximation: MapApproximation = MapApproximation()) -> SEResult:
+                      approximation: MapApproximation = MapApproximation(), *, throw: bool = False) -> SEResult:
     """Follow a fixed point along `alphas (A,)` (strictly monotone) by continuation; results carry an `(A,)` axis.
 
     Each solve starts from the previous fixed point, extrapolated linearly from the last two, with the
     previous node minimisers as prox warm starts: a few Newton iterations per point instead of a cold
     solve. If a solve fails the next restarts from the last success. The branch followed is the fixed
     point reached from `init` at `alphas[0]`; where it ends (a fold) the continuation lands on another
-    fixed point or fails (see `fixed_point_census` for a systematic search).
+    fixed point or fails (see `fixed_point_census` for a systematic search). `throw`: raise `SolverError` when
+    any point did not converge (as `solve_state_evolution`).
     """
     a = _check_alphas(alphas, params)
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return solve_row_jit(params, jnp.asarray(a), init, scheme, config, approximation)
+    return _checked(solve_row_jit(params, jnp.asarray(a), init, scheme, config, approximation), throw,
+                    "solve_along_alpha")
 
 
 @uses_float64
 def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init: BranchInit | str = "semantic",
                                quadrature=None, config: SEConfig = SEConfig(),
-                               approximation: MapApproximation = MapApproximation()) -> SEResult:
+                               approximation: MapApproximation = MapApproximation(), *,
+                               throw: bool = False) -> SEResult:
     """Solve on the grid `omegas (W,) x alphas (A,)` in one jitted call; results carry a `(W, A)` leading axis.
 
     Every `omega` is a continuation row along `alphas` (`solve_along_alpha`), and the rows are vmapped: the
     cheapest way to solve many points (a warm start needs a few Newton iterations instead of a cold solve's
-    15-25). The phase diagram (`phasejax.phase.phase_diagram`) runs the same rows in resumable chunks.
+    15-25). The phase diagram (`phasejax.phase.phase_diagram`) runs the same rows in resumable chunks. `throw`:
+    raise `SolverError` when any point did not converge (as `solve_state_evolution`).
     """
     a = _check_alphas(alphas, params)
     w = np.atleast_1d(np.asarray(omegas, dtype=np.float64))
@@ -221,6 +238,6 @@ def solve_state_evolution_grid(params: TiedAttentionParams, alphas, omegas, init
     validate_params(params.replace(omega=jnp.asarray(w)))
     init = resolve_init(init, params)
     scheme = resolve_scheme(quadrature, params)
-    return jax.vmap(lambda om: solve_row_jit(params.replace(omega=om), jnp.asarray(a), init, scheme, config,
-                                                   approximation))(
-        jnp.asarray(w))
+    rows = jax.vmap(lambda om: solve_row_jit(params.replace(omega=om), jnp.asarray(a), init, scheme, config,
+                                             approximation))(jnp.asarray(w))
+    return _checked(rows, throw, "solve_state_evolution_grid")

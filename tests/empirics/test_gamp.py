@@ -155,7 +155,7 @@ def test_first_gamp_iterations_approach_the_stein_se_trajectory_with_d():
     The undamped map oscillates (q: 1.0 -> 0.3 -> 0.85 -> 0.3) and amplifies the O(1/sqrt(d)) fluctuations of
     each step, so at d = 1000 a single seed can be 40% off at step 2; over 3 seeds the mean deviation must fall
     by more than 1.5 between d = 500 and d = 4000 (1/sqrt(d) predicts 2.8), and at d = 4000 stay within 15%."""
-    from phasejax.theory import Overlaps
+    from phasejax.theory.fields import Overlaps
     from phasejax.theory.trajectory import state_evolution_trajectory
 
     def deviations(d, seed):

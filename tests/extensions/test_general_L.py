@@ -18,7 +18,8 @@ from phasejax.extensions.general_L import (
 from phasejax.extensions._tables import ExtensionResult, relative_gaps
 from phasejax.extensions.second_A import se_map_at
 from phasejax.precision import float64_scope
-from phasejax.theory import SobolRule, make_params, token_swap_symmetric
+from phasejax.theory import SobolRule, make_params
+from phasejax.theory.params import token_swap_symmetric
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import Quadrature, gauss_hermite
 

@@ -8,7 +8,8 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.extensions.stability import replicon_summary, with_replicon
-from phasejax.theory import Overlaps, gauss_hermite, make_params
+from phasejax.theory import gauss_hermite, make_params
+from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import FixedRule
 from phasejax.theory.replicon import REPLICON_COLUMNS, overlaps_from_columns, replicon_table
 

@@ -9,7 +9,8 @@ import pytest
 from phasejax.io import read_csv
 from phasejax.phase import PHASE_BRANCHES, PhaseConfig, PhaseDiagram, PhaseGrid, phase_diagram
 from phasejax.sweep import RunOptions
-from phasejax.theory import CENSUS_SEEDS, SEConfig, SplitProductRule, make_params
+from phasejax.theory import SEConfig, SplitProductRule, make_params
+from phasejax.theory.census import CENSUS_SEEDS
 
 PAPER = make_params(1.0, 0.0)   # sigma = 0.5, lambda = 0.01, standard A
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)

@@ -2,7 +2,8 @@ import jax
 import numpy as np
 import pytest
 
-from phasejax.theory import gauss_hermite, linear_baseline_error, linear_baseline_weights, make_params
+from phasejax.theory import gauss_hermite, linear_baseline_error, make_params
+from phasejax.theory.baselines import linear_baseline_weights
 
 
 def test_linear_baseline_vanishes_for_a_purely_positional_target():

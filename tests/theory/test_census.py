@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from phasejax.theory import CENSUS_SEEDS, SplitProductRule, census_seeds, fixed_point_census, make_params
+from phasejax.theory import SplitProductRule, fixed_point_census, make_params
+from phasejax.theory.census import CENSUS_SEEDS, census_seeds
 
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
 

@@ -30,14 +30,8 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.solvers import STATUS_NAMES, status_name
-from phasejax.theory import (
-    branch_init,
-    default_scheme,
-    make_params,
-    result_columns,
-    solve_state_evolution_batch,
-    stack_inits,
-)
+from phasejax.theory import branch_init, default_scheme, make_params, result_columns, solve_state_evolution_batch
+from phasejax.theory.branches import stack_inits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -105,6 +99,7 @@ KNOWN_FAILURES = {
         ("semantic:0.8:0.3", "test_error", "width"): "0.00344429 +- 1.8e-05 (0.53%; Sobol 0.00344511 +- 7.6e-06)",
         ("positional:1.5:0.3", "q", "width"): "0.0494394 +- 0.0001 (0.21%; Sobol 0.0495153 +- 7.9e-05)",
         ("positional:2.0:0.3", "q", "width"): "0.0511131 +- 0.00013 (0.24%; Sobol 0.0511524 +- 0.00013)",
+        ("semantic:0.9:0.3", "theta", "width"): "0.0807674 +- 0.00016 (0.201%; Sobol 0.0811429 +- 0.00048)",
     },
 }
 

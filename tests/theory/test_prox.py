@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from phasejax import float64_scope
-from phasejax.theory import envelope_derivatives, make_params, moreau_prox, newton_minimize
+from phasejax.theory import make_params, moreau_prox
+from phasejax.theory.prox import envelope_derivatives, newton_minimize
 from phasejax.theory import MapApproximation
 from phasejax.theory.fields import Overlaps, sample_loss
 from phasejax.theory.prox import (
@@ -260,3 +261,56 @@ def test_tie_width_is_validated():
             MapApproximation(tie_width=bad)
     with pytest.raises(ValueError, match="tie_width"):
         MapApproximation(tie_width=1e-3, hat_form="implicit")
+
+
+# ----------------------------------------------------------------------------
+# Many lanes at once (minimize_lanes, the engine of every node's prox)
+# ----------------------------------------------------------------------------
+
+
+def _lane_problems(n, seed=3):
+    params = make_params(2.0, 0.3)
+    rng = np.random.default_rng(seed)
+    omega = jnp.asarray(rng.normal(0, 0.6, (n, 2, 1)))
+    T = jnp.asarray(rng.uniform(0.1, 0.9, (n, 2, 2)))
+    V_inv = jnp.asarray([[[0.35]], [[0.35]]])
+    objective = lambda h, th: pair_dot_product_objective(h, (th[0], th[1], V_inv, params))  # noqa: E731
+    derivatives = lambda h, th: pair_dot_product_derivatives(h, (th[0], th[1], V_inv, params))  # noqa: E731
+    starts = jnp.asarray(rng.normal(0, 1.0, (n, 2)))
+    return objective, derivatives, starts, (omega, T)
+
+
+def test_lanes_reach_what_a_single_newton_reaches():
+    """Every lane of `minimize_lanes` (blocks, partitions, the line search only where the full step is not
+    taken) ends where `newton_minimize` (one lane, its own while loop) ends from the same start; inactive lanes
+    keep their start and take no step; a lane stops at its cap."""
+    from phasejax.theory.prox import minimize_lanes
+
+    objective, derivatives, starts, thetas = _lane_problems(300)
+    active = jnp.arange(300) % 7 != 3
+    caps = jnp.where(jnp.arange(300) % 11 == 5, 2, 60)
+    lanes = jax.jit(lambda: minimize_lanes(objective, derivatives, starts, thetas, active, caps,
+                                           stop_tol=1e-12, block=32))()
+    single = jax.jit(jax.vmap(lambda h0, om, T: newton_minimize(lambda h: objective(h, (om, T)), h0, max_steps=60,
+                                                                tol=1e-12)))(starts, *thetas)
+    full = np.asarray(active & (caps == 60))
+    np.testing.assert_allclose(np.asarray(lanes.h)[full], np.asarray(single.h)[full], atol=1e-9)
+    assert np.all(np.max(np.abs(np.asarray(lanes.g)), axis=1)[full] <= 1e-12)
+    off = ~np.asarray(active)
+    np.testing.assert_array_equal(np.asarray(lanes.h)[off], np.asarray(starts)[off])
+    assert np.all(np.asarray(lanes.steps)[off] == 0)
+    assert np.all(np.asarray(lanes.steps)[np.asarray(caps == 2)] <= 2)
+    assert np.asarray(lanes.steps)[full].max() > np.asarray(lanes.steps)[full].min() + 2   # lanes need different work
+
+
+def test_lanes_do_not_depend_on_their_order():
+    """A permutation of the lanes permutes the results (the partitions only reorder the work)."""
+    from phasejax.theory.prox import minimize_lanes
+
+    objective, derivatives, starts, thetas = _lane_problems(200, seed=5)
+    perm = np.random.default_rng(0).permutation(200)
+    run = jax.jit(lambda s, om, T: minimize_lanes(objective, derivatives, s, (om, T), True, 40, stop_tol=1e-12,
+                                                  block=16))
+    a = run(starts, *thetas)
+    b = run(starts[perm], *(t[perm] for t in thetas))
+    np.testing.assert_allclose(np.asarray(b.h), np.asarray(a.h)[perm], atol=1e-12)

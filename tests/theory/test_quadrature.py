@@ -2,7 +2,8 @@ import chex
 import numpy as np
 import pytest
 
-from phasejax.theory import default_quadrature, gauss_hermite, quasi_monte_carlo
+from phasejax.theory import gauss_hermite
+from phasejax.theory.quadrature import default_quadrature, quasi_monte_carlo
 
 
 @pytest.fixture(autouse=True)
@@ -224,3 +225,28 @@ def test_split_rule_in_teacher_coordinates_is_the_plain_layout_where_theta_vanis
     qa, qb = jax.jit(lambda ov, params: (a.main(ov, params), b.main(ov, params)))(ov, params)
     np.testing.assert_allclose(np.asarray(qb.points), np.asarray(qa.points), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(qb.weights), np.asarray(qa.weights), rtol=0, atol=1e-15)
+
+
+def test_split_rule_orientations_have_one_sign_and_the_replicas_are_its_shifts(x64):
+    """Every switch-plane normal (main rule and replicas, `orientations`) has a non-negative first component, so
+    which mirror minimum rounding makes the lower cannot flip a replica's layout; the main rule is the same for a
+    normal and its negative (its grid offsets are the midpoints), and the vectorised replicas are the rules built
+    one by one at their offsets."""
+    rule = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=6)
+    import jax.numpy as jnp
+
+    branch_ov = Overlaps(q0=jnp.full((1, 1), 0.1), m=jnp.zeros((1, 1)), V0=jnp.full((1, 1), 12.0),
+                         theta0=jnp.full((1, 1), 0.15))
+    for p in (make_params(1.0, 0.3),):
+        frame, replica_frames = jax.jit(lambda o: rule.orientations(o, p))(branch_ov)
+        assert float(np.min(np.asarray(frame)[:, 0])) >= 0 and float(np.min(np.asarray(replica_frames)[..., 0])) >= 0
+        main = jax.jit(lambda o, f: rule.main(o, p, f))
+        key = lambda q: np.round(np.asarray(q.points), 9).tolist()  # noqa: E731
+        assert sorted(key(main(branch_ov, frame))) == sorted(key(main(branch_ov, -frame)))
+        quad, W = jax.jit(lambda o, f, r: rule.replicas(o, p, f, r))(branch_ov, frame, replica_frames)
+        one_rule = jax.jit(lambda o, e, s: rule.rule(o, p, None, e, s))
+        for k, sh in enumerate(rule._shifts()):
+            one = one_rule(branch_ov, *sh)
+            n = one.points.shape[0]
+            np.testing.assert_allclose(np.asarray(quad.points)[k * n:(k + 1) * n], np.asarray(one.points), atol=1e-12)
+            np.testing.assert_allclose(np.asarray(W)[k, k * n:(k + 1) * n], np.asarray(one.weights), atol=1e-15)

@@ -6,21 +6,10 @@ import numpy as np
 import pytest
 
 from phasejax import float64_scope
-from phasejax.solvers import Status
-from phasejax.theory import (
-    MapApproximation,
-    SEConfig,
-    SplitProductRule,
-    SobolRule,
-    branch_init,
-    gauss_hermite,
-    make_params,
-    map_points,
-    solve_along_alpha,
-    solve_state_evolution,
-    solve_state_evolution_batch,
-    stack_inits,
-)
+from phasejax.solvers import SolverError, Status
+from phasejax.theory import MapApproximation, SEConfig, SplitProductRule, SobolRule, branch_init, gauss_hermite, make_params, solve_along_alpha, solve_state_evolution, solve_state_evolution_batch
+from phasejax.theory.solver import map_points
+from phasejax.theory.branches import stack_inits
 
 PAPER = make_params(2.0, 0.3)
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)   # 3584 nodes: fast, ~1% accurate
@@ -241,6 +230,9 @@ def test_an_invalid_init_is_reported():
     res = solve_state_evolution(PAPER, init)      # the default rule: the compilation of check_point
     assert int(res.status) == Status.INVALID_ITERATE and not bool(res.converged)
     assert np.isnan(float(res.train_loss)) and np.isnan(float(res.test_error))
+    # asked to, the entry point raises instead (as optimistix's throw=True)
+    with pytest.raises(SolverError, match="solve_state_evolution did not converge.*invalid_iterate"):
+        solve_state_evolution(PAPER, init, throw=True)
 
 
 def test_iteration_cap_is_reported():
@@ -313,3 +305,34 @@ def test_the_collapsed_semantic_branch_converges_onto_the_agnostic_fixed_point()
     assert abs(_value(soft, "theta")) < 1e-8
     assert float(soft.train_loss) == pytest.approx(float(agnostic.train_loss), rel=5e-4)
     assert _value(soft, "V") == pytest.approx(_value(agnostic, "V"), rel=5e-4)
+
+
+def test_two_batchings_give_the_same_error_bars():
+    """The error bars of a batch do not depend on how its points are grouped: one after the other (`lax.map`) or
+    side by side (`vmap`). Every replica's layout is fixed by the rule (normals of one sign), so the two differ
+    only by the rounding of programs XLA compiles differently (measured: 1e-13 relative)."""
+    alphas, omegas = np.array([1.5, 1.7]), np.array([0.3, 0.3])
+    one = solve_state_evolution_batch(PAPER, alphas, omegas, "positional", SMALL, batch_size=1)
+    two = solve_state_evolution_batch(PAPER, alphas, omegas, "positional", SMALL, batch_size=2)
+    for key in ("train_loss", "test_error"):
+        a, b = np.asarray(getattr(one.errors, key)), np.asarray(getattr(two.errors, key))
+        assert np.all(np.isfinite(a)) and np.all(a > 0)
+        np.testing.assert_allclose(a, b, rtol=1e-9, err_msg=key)
+    np.testing.assert_allclose(np.asarray(one.errors.overlaps.q0), np.asarray(two.errors.overlaps.q0), rtol=1e-9)
+
+
+@pytest.mark.slow       # two compilations (~20 s)
+def test_a_rows_memory_does_not_grow_with_its_length():
+    """The row program runs its postprocessing per point inside the scan: XLA's memory analysis of a row of 12
+    alphas needs no more temporary memory than one of 3 (only the outputs grow)."""
+    from phasejax.theory.solver import _solve_row
+
+    def temp(n):
+        with float64_scope():
+            init = branch_init("positional", PAPER)
+            fn = jax.jit(lambda a: _solve_row(PAPER, a, init, SMALL, SEConfig(), MapApproximation()))
+            mem = fn.lower(jnp.linspace(1.0, 2.0, n)).compile().memory_analysis()
+        return mem.temp_size_in_bytes, mem.output_size_in_bytes
+
+    (t3, o3), (t12, o12) = temp(3), temp(12)
+    assert t12 <= 1.02 * t3 + (o12 - o3), (t3, t12)
