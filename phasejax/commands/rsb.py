@@ -5,13 +5,16 @@
     phasejax rsb --out results/rsb --overwrite
 
 Per omega, at the two alphas of the replica-symmetric (RS) diagram (--rs-dir) on either side of its alpha_c, the
-positional branch is solved twice on the same nested rule (`phasejax.theory.rsb`): RS (`Delta = 0`) and 1RSB
-ground state (`Sigma = 0`, the Parisi parameter `y` extremised). Their difference, with errors from the rule's
-replicas (paired: the same nodes), is the 1RSB correction `delta e` of the positional training loss (and of its
-test error); added to the RS diagram's converged positional `e_t`, it gives the 1RSB positional `e_t`. The
-semantic branch is taken RS (its `e_t` from --rs-dir; its jump mass `replicon_jump_semantic` at these alphas is
-written alongside: the RS answer is exact only where it is zero). alpha_c is where `Delta e_t` crosses zero,
-linear between the two alphas, RS and 1RSB, with errors propagated from both ends.
+positional branch is solved on one nested rule (`phasejax.theory.rsb`): RS (`Delta = 0`), 1RSB at each fixed
+Parisi parameter of --ys, and the 1RSB ground state (`Sigma = 0`, `y` extremised) from the fixed-`y` solution of
+highest `Phi`; where the ground-state solve does not converge, that fixed-`y` solution stands in (its `Phi` is a
+lower bound of the ground state's, the maximum over `y`; the solution column says which). The difference to RS,
+with errors from the rule's replicas (paired: the same nodes), is the 1RSB correction `delta e` of the positional
+training loss (and of its test error); added to the RS diagram's converged positional `e_t`, it gives the 1RSB
+positional `e_t`. The semantic branch is taken RS (its `e_t` from --rs-dir; its jump mass
+`replicon_jump_semantic` at these alphas is written alongside: the RS answer is exact only where it is zero).
+alpha_c is where `Delta e_t` crosses zero, linear between the two alphas, RS and 1RSB, with errors propagated
+from both ends.
 
 Writes into --out only these files (so --out may hold other results): rsb_points.csv (per omega, alpha and
 solution: q0, Delta, q1, V0, m, y, Phi, e, Sigma, test error, with errors, and the paired corrections),
@@ -256,7 +259,7 @@ def run(args) -> int:
             for name, r in [("rs", rs_res)] + [(f"1rsb_y{y:g}", f) for y, f in zip(args.ys, fixed)] + [
                     (f"1rsb_{which}", ground)]:
                 points.append(point_row(omega, alpha, name, r))
-            d, d_err = paired_difference(ground, rs_res, "energy")
+            d, d_err = paired_difference(ground, rs_res, "phi")      # the ground energy is Phi at its maximum over y
             de[alpha] = (float(d), float(d_err))
             dt[alpha] = float(np.asarray(ground.test_error, np.float64) - np.asarray(rs_res.test_error, np.float64))
             print(f"omega = {omega:g}, alpha = {alpha:g}: 1RSB ({which}) {ground.status_name}, "

@@ -338,6 +338,10 @@ class RSBConfig:
     Attributes:
       tol: stop when the Newton step is below `tol` in relative size (`|du_i| / max(|u_i|, floor_i)`), with every
         node's prox converged.
+      gtol: or when the scaled gradient `|grad Phi * max(|u|, floor)|` is below `gtol` (an energy per dimension:
+        moving any coordinate by its own size changes `Phi` by less than that to first order), with every node's
+        prox converged; where `Phi` is flat in a direction (`y` near the RS limit) the Newton step is large while
+        the gradient is not.
       max_iter: cap on evaluations per stage (two stages: solve, dense check, solve again from the dense minima).
       max_step: cap on a step's relative size per coordinate.
       prox_steps: damped Newton steps per prox start during the solve (the dense check takes 60).
@@ -345,6 +349,7 @@ class RSBConfig:
     """
 
     tol: float = 1e-7
+    gtol: float = 1e-11
     max_iter: int = 40
     max_step: float = 0.3
     prox_steps: int = 30
@@ -353,6 +358,8 @@ class RSBConfig:
     def __post_init__(self):
         if not self.tol > 0:
             raise ValueError(f"tol must be > 0, got {self.tol}")
+        if not self.gtol > 0:
+            raise ValueError(f"gtol must be > 0, got {self.gtol}")
         for name in ("max_iter", "prox_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or v < 1:
@@ -417,7 +424,7 @@ class RSBNewton:
     A step from the accepted point is capped to `max_step` in relative size and halved until the state is valid;
     the trial point is evaluated and accepted when it lowers the merit `|grad Phi|` (scaled), else `mu` grows and a
     shorter step is tried from the accepted point. Done when the Newton step at the accepted point is below `tol`
-    (relative) and every prox start kept has converged."""
+    (relative) or the scaled gradient below `gtol`, and every prox start kept has converged."""
 
     config: RSBConfig
 
@@ -448,7 +455,8 @@ class RSBNewton:
 
     def terminate(self, problem: RSBProblem, st: RSBState):
         bad = ~jnp.all(jnp.isfinite(st.u)) | ~jnp.isfinite(st.ev.phi)
-        done = ((st.residual < self.config.tol) & (st.ev.prox_residual < 1e-8)) | bad | (st.mu > 1e10)
+        small = (st.residual < self.config.tol) | (st.merit < self.config.gtol)
+        done = (small & (st.ev.prox_residual < 1e-8)) | bad | (st.mu > 1e10)
         status = jnp.where(bad, Status.INVALID_ITERATE,
                            jnp.where(st.mu > 1e10, Status.MAX_ITERATIONS, Status.CONVERGED))
         return done, status
