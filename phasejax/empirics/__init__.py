@@ -3,13 +3,14 @@
 Everything here takes a `dtype` (float32 by default, the right choice on accelerators; `jnp.float64` on
 request, computed inside `phasejax.precision.dtype_scope`). The entry points, their parameter and result types
 and the rules are exported here; the helpers stay in their modules (`phasejax.empirics.data`, `.students`,
-`.training`, `.metrics`, `.sweep`, `.gamp`, `.gamp_analysis`, `.replicas`).
+`.training`, `.metrics`, `.sweep`, `.gamp`, `.gamp_analysis`, `.replicas`, `.bracket`).
 
 >>> from phasejax.empirics import TrainConfig, TrainingGrid
 >>> TrainingGrid(alphas=(1.0, 2.0), omegas=(0.3,), seeds=(0,), d=50).n_max
 100
 """
 
+from phasejax.empirics.bracket import BracketGrid, bracket_report, bracket_sweep, paired_task, summarize_bracket
 from phasejax.empirics.data import TiedAttentionData, cast_params, generate_data, sample_count
 from phasejax.empirics.gamp import GAMPResult, GAMPSweep, gamp, gamp_sweep
 from phasejax.empirics.gamp_analysis import se_references, summarize_gamp_sweep
@@ -36,4 +37,6 @@ __all__ = [
     "INITS", "STUDENTS", "SOLUTIONS", "RUN_COLUMNS", "DEFAULT_GTOL", "classify_solution",
     # GAMP
     "gamp", "gamp_sweep", "GAMPResult", "GAMPSweep", "se_references", "summarize_gamp_sweep",
+    # the empirical bracket of alpha_c
+    "bracket_sweep", "paired_task", "BracketGrid", "summarize_bracket", "bracket_report",
 ]
