@@ -1,4 +1,4 @@
-"""Approximate message passing on finite data for the two-layer model (docs/depth.md, section 4).
+"""Approximate message passing on finite data for the two- and three-layer models (docs/depth.md, sections 4, 7).
 
 The generalised AMP of a multi-index model with a Gaussian prior, per layer
 (diagonal in the layers, like the state evolution):
@@ -11,7 +11,8 @@ The generalised AMP of a multi-index model with a Gaussian prior, per layer
 
 with `u_mu` read off the output `y_mu` (`sequence_index_from_output`). Its
 overlaps `m_l = |what_l . w_l| / d` follow the state evolution's `q_l` as `d`
-grows (the sign of each layer is not identifiable).
+grows (the sign of each layer is not identifiable). The number of layers is the
+teacher's (`W (L, d)`); the rule is the state evolution's (`phasejax.depth.se.posterior_of`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from flax import struct
 
 from phasejax.depth.model import model_output, sequence_index_from_output
-from phasejax.depth.se import InnerRule, inner_rule, needs_ridge, output_function
+from phasejax.depth.se import inner_rule, needs_ridge, output_function
 from phasejax.precision import uses_float64
 from phasejax.solvers import Status, iterate
 
@@ -33,7 +34,7 @@ Array = jax.Array
 
 @struct.dataclass
 class DepthData:
-    """A teacher `W (2, d)`, inputs `X (n, T, d)` and outputs `y (n, T, T)`."""
+    """A teacher `W (L, d)`, inputs `X (n, T, d)` and outputs `y (n, T, T)`."""
 
     W: Array
     X: Array
@@ -41,32 +42,34 @@ class DepthData:
 
 
 @uses_float64
-def sample_data(key, d: int, alpha: float, skip, T: int = 2) -> DepthData:
-    """`n = round(alpha d)` samples of the network with weights `W ~ N(0, I)` and standard Gaussian tokens
-    (float64: the channel inverse reads logits of the output's entries)."""
+def sample_data(key, d: int, alpha: float, skip, T: int = 2, layers: int = 2) -> DepthData:
+    """`n = round(alpha d)` samples of the `layers`-layer network with weights `W ~ N(0, I)` and standard Gaussian
+    tokens (float64: the channel inverse reads logits of the output's entries)."""
     if int(d) != d or d < 2:
         raise ValueError(f"d must be an integer >= 2, got {d}")
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
+    if layers not in (2, 3):
+        raise ValueError(f"layers must be 2 or 3, got {layers}")
     n = max(int(round(alpha * d)), 1)
     kw, kx = jax.random.split(key)
-    W = jax.random.normal(kw, (2, d), jnp.float64)
+    W = jax.random.normal(kw, (layers, d), jnp.float64)
     X = jax.random.normal(kx, (n, T, d), jnp.float64)
     Z = jnp.einsum("ntd,ld->nlt", X, W) / jnp.sqrt(d)
     return DepthData(W=W, X=X, y=model_output(Z, skip))
 
 
 class AMPState(NamedTuple):
-    what: Array  # (2, d)
-    V: Array  # (2,)
-    g: Array  # (n, 2, T)
-    m: Array  # (2,) overlaps with the teacher
+    what: Array  # (L, d)
+    V: Array  # (L,)
+    g: Array  # (n, L, T)
+    m: Array  # (L,) overlaps with the teacher
     residual: Array
 
 
 @struct.dataclass
 class AMPResult:
-    """`m (2,)`: `|what_l . w_l| / d`; `q (2,)`: `|what_l|^2 / d`; `m_history (max_iterations, 2)` (NaN past the
+    """`m (L,)`: `|what_l . w_l| / d`; `q (L,)`: `|what_l|^2 / d`; `m_history (max_iterations, L)` (NaN past the
     end); `residual ()` (the last change of `m`), `iterations ()`, `status ()` (a `Status` code)."""
 
     m: Array
@@ -83,7 +86,7 @@ class _AMPProblem(NamedTuple):
     data: DepthData
     u: Array
     skip: Array
-    rule: InnerRule
+    rule: object
 
 
 class _AMP:
@@ -118,7 +121,7 @@ class _AMP:
 
 
 @uses_float64
-def run_amp(data: DepthData, skip, key, *, q_init: float = 0.1, m_init: float = 0.0, rule: InnerRule | None = None,
+def run_amp(data: DepthData, skip, key, *, q_init: float = 0.1, m_init: float = 0.0, rule=None,
             damping: float = 1.0, tol: float = 1e-4, max_iterations: int = 80) -> AMPResult:
     """AMP from `what = m_init w + sqrt(q_init - m_init^2) xi`, `xi ~ N(0, I)`, and `V = 1 - q_init`.
 
@@ -142,11 +145,12 @@ def _run_impl(data, skip, key, q_init, m_init, rule, damping, tol, max_iteration
     data = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), data)
     n, T, d = data.X.shape
     u = sequence_index_from_output(data.y)
-    what = m_init * data.W + jnp.sqrt(q_init - m_init**2) * jax.random.normal(key, (2, d), jnp.float64)
-    s0 = AMPState(what=what, V=jnp.full((2,), 1.0 - q_init), g=jnp.zeros((n, 2, T)),
+    L = data.W.shape[0]
+    what = m_init * data.W + jnp.sqrt(q_init - m_init**2) * jax.random.normal(key, (L, d), jnp.float64)
+    s0 = AMPState(what=what, V=jnp.full((L,), 1.0 - q_init), g=jnp.zeros((n, L, T)),
                   m=jnp.abs(jnp.sum(what * data.W, -1)) / d, residual=jnp.asarray(jnp.inf))
     solver = _AMP(damping, tol)
-    hist0 = jnp.full((max_iterations, 2), jnp.nan)
+    hist0 = jnp.full((max_iterations, L), jnp.nan)
 
     class _Recording:
         def step(self, problem, st):

@@ -22,8 +22,9 @@ def plot_thresholds(th: dict, path: str) -> str:
     ax.errorbar(c, th["alpha_2"], yerr=th["alpha_2_err"], marker="o", ms=4, capsize=2, label=r"$\alpha_2$ (layer 2)")
     ax.errorbar(c, th["alpha_1"], yerr=th["alpha_1_err"], marker="s", ms=4, capsize=2,
                 label=r"$\alpha_1$ (layer 1, next to layer 2's fixed point)")
-    ax.plot(c, th["alpha_1_uninformed"], ":", color="gray", label=r"layer 1 at $Q=0$ ($1/M_1$)")
-    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6$: bound for layer 2 ($\pm z_2$ observed)")
+    if "alpha_1_uninformed" in th:
+        ax.plot(c, th["alpha_1_uninformed"], ":", color="gray", label=r"layer 1 at $Q=0$ ($1/M_1$)")
+    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6 = 1/(T^2+T)$: bound on every threshold")
     ax.set_yscale("log")
     ax.set_xlabel("skip strength $c$")
     ax.set_ylabel(r"weak-recovery threshold $\alpha$")
@@ -45,6 +46,8 @@ def plot_overlaps(se: dict, th: dict, path: str) -> str:
         for l, mk in ((1, "s"), (2, "o")):
             line, = ax.plot(a, se[f"q{l}"][s], marker=mk, ms=3, label=f"$q_{l}$, $c={c:g}$")
             ax.plot(a, se[f"q{l}_informed"][s], "--", color=line.get_color(), lw=0.8)
+        if "q2_layer1_at_zero" in se:
+            ax.plot(a, se["q2_layer1_at_zero"][s], "k:", lw=1.0, label=f"$q_2$ with $q_1=0$ (exact), $c={c:g}$")
         bx.errorbar(a, se["test_error"][s], yerr=se["test_error_se"][s], marker="o", ms=3, label=f"$c={c:g}$")
         k = np.nonzero(np.isclose(th["skip"], c))[0]
         for j in k:
@@ -79,6 +82,87 @@ def plot_amp(amp: dict, path: str) -> str:
     ax.set_xlabel("$d$")
     ax.set_ylabel("overlap with the teacher")
     ax.set_title("AMP on finite data (dashed: state evolution), skip $c = 1$")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_convergence(conv: dict, target: float, path: str) -> str:
+    """The rule study: |threshold - finest grid's| against the rule's step (grid) or order (mixture), per skip."""
+    plt = _plt()
+    thresholds = list(dict.fromkeys(conv["threshold"].tolist()))
+    fig, axes = plt.subplots(1, 2 * len(thresholds), figsize=(3.2 * 2 * len(thresholds), 3.4))
+    for j, name in enumerate(thresholds):
+        for k, kind in enumerate(("grid", "mixture")):
+            ax = axes[2 * j + k]
+            for c in np.unique(conv["skip"]):
+                s = (conv["threshold"] == name) & (conv["rule"] == kind) & (conv["skip"] == c)
+                x = conv["step_or_order"][s].astype(float)
+                y = np.maximum(np.abs(conv["difference"][s]), 1e-16)
+                ax.errorbar(x, y, yerr=conv["difference_se"][s], marker="o", ms=3, capsize=2, label=f"$c={c:g}$")
+            ax.axhline(target, color="k", ls="--", lw=0.6, label="error target")
+            ax.set_yscale("log")
+            ax.set_xlabel("grid step" if kind == "grid" else "Gauss-Hermite order")
+            ax.set_title(f"{name}: {'graded grid' if kind == 'grid' else 'GH mixture'}", fontsize=9)
+            if kind == "grid":
+                ax.invert_xaxis()
+            if j == 0 and k == 0:
+                ax.set_ylabel("|difference to the finest grid|")
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_three_thresholds(th: dict, path: str) -> str:
+    """Three layers: each layer's threshold against the skip strength, in the order they are learned."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    c = np.asarray(th["skip"])
+    for k, mk in ((1, "s"), (2, "^"), (3, "o")):
+        ax.errorbar(c, th[f"alpha_{k}"], yerr=th[f"alpha_{k}_err"], marker=mk, ms=4, capsize=2,
+                    label=rf"$\alpha_{k}$ (layer {k})")
+    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6 = 1/(T^2+T)$: bound on every threshold")
+    ax.set_xscale("log")
+    ax.set_xlabel("skip strength $c$")
+    ax.set_ylabel(r"weak-recovery threshold $\alpha$")
+    order = th["order"][0] if len(set(th["order"].tolist())) == 1 else "varies"
+    ax.set_title(f"Three-layer tied attention, $T=2$ (learning order: layers {order})", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
+    """Three layers: the SE's overlaps against alpha with AMP's (mean and spread over seeds, per d)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = {}
+    for k, mk in ((1, "s"), (2, "^"), (3, "o")):
+        line, = ax.plot(se["alpha"], se[f"q{k}"], marker=mk, ms=3, label=f"SE $q_{k}$")
+        colors[k] = line.get_color()
+    if amp is not None:
+        for j, d in enumerate(np.unique(amp["d"])):
+            for k in (1, 2, 3):
+                s = amp["d"] == d
+                a = np.unique(amp["alpha"][s])
+                m = [amp[f"m{k}"][s & (amp["alpha"] == x)] for x in a]
+                ax.errorbar(a + 0.015 * (j - 0.5), [v.mean() for v in m],
+                            yerr=[v.std(ddof=1) if v.size > 1 else 0 for v in m], fmt="x" if j else "+",
+                            color=colors[k], ms=6, capsize=2, label=f"AMP $m_{k}$, $d={d}$" if k == 1 else None)
+    s = np.isclose(th["skip"], se["skip"][0])
+    for k in (1, 2, 3):
+        for v in th[f"alpha_{k}"][s]:
+            ax.axvline(v, color=colors[k], lw=0.6, ls=":")
+    ax.set_xlabel(r"$\alpha = n/d$")
+    ax.set_ylabel("overlap")
+    ax.set_title(f"Three layers, skip $c = {se['skip'][0]:g}$: SE (lines), AMP (crosses), thresholds (dotted)",
+                 fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -11,17 +11,16 @@ and the state evolution is a map of two numbers,
 
 with `g_l = (E[z_l | u, omega] - omega_l) / V_l  (T,)`, `V_l = 1 - q_l`,
 `omega_l = sqrt(q_l) xi_l` and the teacher's `z_l = omega_l + sqrt(V_l) eta_l`
-(`xi, eta ~ N(0, I)`). The posterior of `Z` given `(u, omega)` lives on the
-surface `A(z_1) z_2 = +-u`; it is integrated over `z_1` (Gauss-Hermite around
-`omega_1` with scale `sqrt(V_1)`), with `z_2 = +-A(z_1)^{-1} u` and the
-Jacobian `1 / |det A(z_1)|` (`posterior`). The outer expectation is a Monte
-Carlo average over fixed draws (`se_draws`): the map is deterministic for a
-given set of draws, and its standard error is reported.
+(`xi, eta ~ N(0, I)`). The posterior of `Z` given `(u, omega)` is
+`phasejax.depth.posterior.posterior` (two rules: a Gauss-Hermite mixture and a
+graded trapezoidal grid). The outer expectation is a Monte Carlo average over
+fixed draws (`se_draws`): the map is deterministic for a given set of draws, and
+its standard error is reported.
 
-The inner rule is exact for `V_2` of order one; when layer 2 is recovered
-well (`V_2` small) while `V_1` is not, the integrand is a narrow ridge in
-`z_1` and the rule's error grows (`quadrature_gap` measures it by comparing
-two orders).
+`outer_moments` also returns the per-sample quantities of the estimators used for
+the thresholds (`phasejax.depth.thresholds`): the Nishimori forms of `E|g_l|^2`
+and of the stability constant `M_l`, whose means equal the direct ones and whose
+variances are smaller.
 """
 
 from __future__ import annotations
@@ -33,140 +32,42 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.depth.model import mixing_matrix, sequence_index
+from phasejax.depth.model import sequence_index
+from phasejax.depth.posterior import (
+    GridRule,
+    InnerRule,
+    Posterior,
+    grid_rule,
+    inner_rule,
+    posterior,
+    shared_grid_posterior,
+)
 from phasejax.precision import uses_float64
 from phasejax.solvers import Status, iterate
-from phasejax.theory.quadrature import gauss_hermite
 
 Array = jax.Array
 
+__all__ = ["GridRule", "InnerRule", "Posterior", "grid_rule", "inner_rule", "posterior"]  # re-exported
+
 Q_MAX = 0.9995
-"""Overlaps are clipped to `[0, Q_MAX]`: the inner rule needs `V_l = 1 - q_l > 0`."""
+"""Overlaps are clipped to `[0, Q_MAX]`: the inner rules need `V_l = 1 - q_l > 0`."""
+
+STRIP_SKIP = 0.1
+"""Below this skip strength the mixture rule needs its strip component (`inner_rule(order, strip=True)`):
+`A(z)` has the eigenvalue `c` across the diagonal, so the posterior has a feature there of width `~ sqrt(|u|)`."""
 
 
-@struct.dataclass
-class InnerRule:
-    """Gauss-Hermite rule for `N(0, I_2)` over one layer's projection: `nodes (K, 2)`, `log_weights (K,)`."""
-
-    nodes: Array
-    log_weights: Array
-
-
-def inner_rule(order: int = 32) -> InnerRule:
-    """Tensor Gauss-Hermite rule with `order` nodes per token (`order ** 2` nodes)."""
-    q = gauss_hermite(2, order)
-    return InnerRule(nodes=jnp.asarray(q.points), log_weights=jnp.log(jnp.asarray(q.weights)))
-
-
-class Posterior(NamedTuple):
-    """Posterior moments of `Z (2, T)` given `u` and the cavity `(omega, V)`.
-
-    `mean (2, T)`, `second (2, T, T)` (per layer: `E[z_l z_l^T]`), `log_evidence ()`:
-    `log` of the density of `+-u` under `Z ~ N(omega, diag(V) x I_T)`.
-    """
-
-    mean: Array
-    second: Array
-    log_evidence: Array
-
-
-def _moments(logw, z1, z2):
-    """Normalised moments from log-weights `logw (S, K)` of nodes `z1, z2 (S, K, T)`."""
-    finite = jnp.isfinite(logw)
-    logw = jnp.where(finite, logw, -jnp.inf)
-    z1 = jnp.where(finite[..., None], z1, 0.0)  # nodes where A(z_1) is singular carry no weight
-    z2 = jnp.where(finite[..., None], z2, 0.0)
-    log_evidence = jax.scipy.special.logsumexp(logw)
-    p = jnp.exp(logw - log_evidence)
-    mean = jnp.stack([jnp.einsum("sk,ski->i", p, z1), jnp.einsum("sk,ski->i", p, z2)])
-    second = jnp.stack([jnp.einsum("sk,ski,skj->ij", p, z1, z1), jnp.einsum("sk,ski,skj->ij", p, z2, z2)])
-    return Posterior(mean=mean, second=second, log_evidence=log_evidence)
-
-
-def _gauss_log(z, omega, V):
-    T = z.shape[-1]
-    return -0.5 * jnp.sum((z - omega) ** 2, -1) / V - 0.5 * T * jnp.log(2 * jnp.pi * V)
-
-
-def _preimages(z2: Array, u: Array, skip) -> tuple[Array, Array, Array]:
-    """For `T = 2`: the `z_1` with `A(z_1) z_2 = u` (two of them, `+-z_1`), the Jacobian
-    `J = d(A(z_1) z_2)/dz_1 (2, 2)` there, and whether they exist.
-
-    `A(z_1) z_2 = (1 + c) z_2 + (z_{2,1} - z_{2,0}) (p, -r)` is linear in the attention weights
-    `p = softmax_01`, `r = softmax_10`; `logit p = a (b - a)` and `logit r = b (a - b)` give
-    `(a - b)^2 = -(logit p + logit r)`, so a preimage exists iff `0 < p, r` and `p + r < 1`.
-    """
-    tiny = jnp.finfo(z2.dtype).tiny
-    diff = z2[1] - z2[0]
-    safe = jnp.where(jnp.abs(diff) > 1e-12, diff, 1e-12)
-    p = (u[0] - (1.0 + skip) * z2[0]) / safe
-    r = ((1.0 + skip) * z2[1] - u[1]) / safe
-    valid = (p > 1e-12) & (p < 1 - 1e-12) & (r > 1e-12) & (r < 1 - 1e-12) & (p + r < 1 - 1e-12)
-    p = jnp.where(valid, p, 0.25)
-    r = jnp.where(valid, r, 0.25)
-    P = jnp.log(p) - jnp.log1p(-p)
-    R = jnp.log(r) - jnp.log1p(-r)
-    s = jnp.sqrt(jnp.maximum(-(P + R), tiny))
-    a, b = -P / s, R / s
-    dp = p * (1 - p) * jnp.stack([b - 2 * a, a])
-    dr = r * (1 - r) * jnp.stack([b, a - 2 * b])
-    J = safe * jnp.stack([dp, -dr])
-    return jnp.stack([a, b]), J, valid
-
-
-def posterior(u: Array, omega: Array, V: Array, skip, rule: InnerRule, ridge: bool = True) -> Posterior:
-    """Moments of `Z` given `A(z_1) z_2 = +-u`, prior `N(omega_l, V_l I)` per layer. `u (T,)`, `omega (2, T)`, `V (2,)`.
-
-    Integrates over `z_1` with `z_2 = +-A(z_1)^{-1} u` (Jacobian `1 / |det A(z_1)|`). The rule is a
-    defensive mixture (balance-heuristic importance weights over deterministic Gauss-Hermite nodes):
-    the prior `N(omega_1, V_1)` and, for each sign of `u`, Gaussians at the two preimages `+-z_1*`
-    of `z_2 = omega_2` (`_preimages`) with the Laplace covariance `(J^T A^{-T} A^{-1} J / V_2 + I / V_1)^{-1}`.
-    The prior part covers broad posteriors, the others the narrow ridge `A(z_1)^{-1} u ~ omega_2` when
-    `V_2` is small. Components whose preimage does not exist get weight zero. `ridge=False` keeps the
-    prior component alone (enough, and five times cheaper, when `V_2` is not small against `V_1`).
-    """
-    T = u.shape[-1]
-    eye = jnp.eye(T, dtype=u.dtype)
-    centers, covs, valids = [omega[0]], [V[0] * eye], [jnp.asarray(True)]
-    for sign in ((1.0, -1.0) if ridge else ()):
-        z1s, J, valid = _preimages(omega[1], sign * u, skip)
-        Ainv = jnp.linalg.inv(mixing_matrix(z1s, skip))
-        K = Ainv @ J
-        prec = K.T @ K / V[1] + eye / V[0]
-        cov = jnp.linalg.inv(prec + 1e-12 * eye)
-        cov = 0.5 * (cov + cov.T)
-        for mirror in (1.0, -1.0):
-            centers.append(jnp.where(valid, mirror * z1s, omega[0]))
-            covs.append(jnp.where(valid, cov, V[0] * eye))
-            valids.append(valid)
-    centers, covs, valids = jnp.stack(centers), jnp.stack(covs), jnp.stack(valids)  # (C, T), (C, T, T), (C,)
-    log_pi = jnp.where(valids, 0.0, -jnp.inf)
-    log_pi = log_pi - jax.scipy.special.logsumexp(log_pi)
-    chol = jnp.linalg.cholesky(covs)
-    z1 = centers[:, None, :] + jnp.einsum("cij,kj->cki", chol, rule.nodes)  # (C, K, T)
-    z1 = z1.reshape(-1, T)
-    # log q(z1) of the mixture, log N(z1; omega_1, V_1) of the prior
-    diff = z1[None, :, :] - centers[:, None, :]
-    sol = jax.scipy.linalg.solve_triangular(chol[:, None], diff[..., None], lower=True)[..., 0]
-    logdet = jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-    log_comp = -0.5 * jnp.sum(sol**2, -1) - logdet[:, None] - 0.5 * T * jnp.log(2 * jnp.pi)
-    log_q = jax.scipy.special.logsumexp(log_pi[:, None] + log_comp, axis=0)
-    log_prior = _gauss_log(z1, omega[0], V[0])
-    # node weights: pi_c w_k (per component) * prior / mixture density (a component's own rule integrates it)
-    log_node = (log_pi[:, None] + rule.log_weights[None, :]).reshape(-1) + log_prior - log_q
-    A = mixing_matrix(z1, skip)
-    det = A[:, 0, 0] * A[:, 1, 1] - A[:, 0, 1] * A[:, 1, 0]
-    adj = jnp.stack([jnp.stack([A[:, 1, 1], -A[:, 0, 1]], -1), jnp.stack([-A[:, 1, 0], A[:, 0, 0]], -1)], -2)
-    z2 = jnp.einsum("kij,j->ki", adj, u) / det[:, None]
-    z2 = jnp.stack([z2, -z2], axis=0)  # (2 signs of u, C K, T)
-    logw = log_node + _gauss_log(z2, omega[1], V[1]) - jnp.log(jnp.abs(det))
-    logw = jnp.where(jnp.isfinite(logw), logw, -jnp.inf)
-    return _moments(logw, jnp.broadcast_to(z1, z2.shape), z2)
+def rule_for(order: int, skip) -> InnerRule:
+    """The mixture rule of `order` with the strip component where `skip < STRIP_SKIP` (always when `skip` is traced)."""
+    if isinstance(skip, jax.core.Tracer):
+        return inner_rule(order, strip=True)
+    return inner_rule(order, strip=bool(np.all(np.asarray(skip) < STRIP_SKIP)))
 
 
 def output_function(u, omega, V, skip, rule, ridge: bool = True):
-    """`g (2, T) = (E[Z | u, omega] - omega) / V` and `dg (2, T) = (Var[z_lt | ...] - V_l) / V_l^2` (the AMP channel)."""
-    post = posterior(u, omega, V, skip, rule, ridge)
+    """`g (L, T) = (E[Z | u, omega] - omega) / V` and `dg (L, T) = (Var[z_lt | ...] - V_l) / V_l^2` (the AMP channel);
+    `L` layers as `rule`'s model (`posterior_of`)."""
+    post = posterior_of(rule)(u, omega, V, skip, rule, ridge)
     var = jnp.diagonal(post.second, axis1=-2, axis2=-1) - post.mean**2
     g = (post.mean - omega) / V[:, None]
     dg = (var - V[:, None]) / V[:, None] ** 2
@@ -178,70 +79,154 @@ RIDGE_RATIO = 0.5
 
 
 def needs_ridge(V: Array) -> Array:
-    """Whether `posterior` needs its ridge components at prior variances `V (2,)`."""
-    return V[1] < RIDGE_RATIO * V[0]
+    """Whether the posterior needs its mixture's ridge components at prior variances `V (L,)` (the last two
+    layers' problem: the last layer's variance small against the one before)."""
+    return V[-1] < RIDGE_RATIO * V[-2]
+
+
+def posterior_of(rule):
+    """The posterior function `(u, omega (L, T), V (L,), skip, rule, ridge) -> Posterior` for `rule`'s model: two
+    layers for an `InnerRule` or a `GridRule`, three for a `phasejax.depth.three.ThreeRule`."""
+    from phasejax.depth.three import ThreeRule, posterior_three
+
+    return posterior_three if isinstance(rule, ThreeRule) else posterior
 
 
 class Draws(NamedTuple):
-    """Fixed Gaussian draws `xi, eta (N, 2, T)` for the outer expectation of the state evolution."""
+    """Fixed Gaussian draws `xi, eta (N, L, T)` for the outer expectation of the state evolution (`L` layers)."""
 
     xi: Array
     eta: Array
 
 
-def se_draws(n_samples: int, seed: int = 0, T: int = 2) -> Draws:
-    """`n_samples` draws (float64; common to every alpha, so the curves are smooth in alpha)."""
-    if int(n_samples) != n_samples or n_samples < 2:
+def se_draws(n_samples: int, seed: int = 0, T: int = 2, layers: int = 2) -> Draws:
+    """`n_samples` draws for `layers` layers (float64; common to every alpha, so the curves are smooth in alpha)."""
+    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2, got {n_samples}")
+    if layers not in (2, 3):
+        raise ValueError(f"layers must be 2 or 3, got {layers}")
     rng = np.random.default_rng(seed)
-    return Draws(xi=jnp.asarray(rng.standard_normal((n_samples, 2, T))),
-                 eta=jnp.asarray(rng.standard_normal((n_samples, 2, T))))
+    return Draws(xi=jnp.asarray(rng.standard_normal((n_samples, layers, T))),
+                 eta=jnp.asarray(rng.standard_normal((n_samples, layers, T))))
 
 
 class Moments(NamedTuple):
-    """Per-sample outer quantities: `g2 (N, 2)` `= |g_l|^2`, `cov_dev (N, 2)` `= |E[z_l z_l^T|...] - V_l I|_F^2 / V_l^2`,
-    `log_evidence (N,)`."""
+    """Per-sample outer quantities, each `(N, 2)` (layer 1, layer 2) except `log_evidence (N,)`.
+
+    `g2 = |g_l|^2` (the state evolution's estimator of `E|g_l|^2`); `g2_nishimori = (T V_l - tr Cov[z_l|...]) / V_l^2`,
+    the same mean (`E|z_l - omega_l|^2 = T V_l`) with the teacher's discrepancy replaced by its posterior expectation.
+    The stability constant `M_l = E|E[z_l z_l^T | u, omega] - I|_F^2` of a layer at `q_l = 0`, three ways:
+    `cov_dev = |E[W_l|...] - V_l I - omega_l omega_l^T|_F^2 / V_l^2` (direct), `M_teacher = (T^2 + T) - |W_l - E[W_l|...]|_F^2`
+    with the teacher's `W_l = z_l z_l^T` (control variate: `E|W_l - I|_F^2 = T^2 + T`), and
+    `M_posterior = (T^2 + T) - (E[|z_l|^4|...] - |E[W_l|...]|_F^2)` (its posterior expectation). The last two have the
+    direct one's mean at `q_l = 0` and never exceed the bound `T^2 + T` (docs/depth.md, section 3).
+    """
 
     g2: Array
+    g2_nishimori: Array
     cov_dev: Array
+    M_teacher: Array
+    M_posterior: Array
     log_evidence: Array
 
 
-def outer_moments(q: Array, skip, draws: Draws, rule: InnerRule) -> Moments:
-    """The per-sample quantities of the state evolution at overlaps `q (2,)` (teacher and cavity from `draws`)."""
+def sample_estimators(post: Posterior, omega: Array, V: Array, Z: Array) -> tuple[Array, ...]:
+    """One sample's entries of `Moments` (all but `log_evidence`), each `(L,)`, from its posterior `post`, cavity
+    `omega (L, T)`, variances `V (L,)` and the teacher's projections `Z (L, T)`."""
+    T = omega.shape[-1]
+    g = (post.mean - omega) / V[:, None]
+    cov_trace = jnp.trace(post.second, axis1=-2, axis2=-1) - jnp.sum(post.mean**2, -1)
+    W = Z[:, :, None] * Z[:, None, :]
+    dev = post.second - V[:, None, None] * jnp.eye(T) - omega[:, :, None] * omega[:, None, :]
+    bound = T**2 + T
+    return (jnp.sum(g**2, -1), (T * V - cov_trace) / V**2, jnp.sum(dev**2, (-1, -2)) / V**2,
+            bound - jnp.sum((W - post.second) ** 2, (-1, -2)),
+            bound - (post.fourth - jnp.sum(post.second**2, (-1, -2))))
+
+
+def teacher_and_cavity(q: Array, skip, draws: Draws) -> tuple[Array, Array, Array, Array]:
+    """`(V (L,), omega (N, L, T), Z (N, L, T), u (N, T))` at overlaps `q (L,)` (clipped to `[0, Q_MAX]`)."""
     q = jnp.clip(q, 0.0, Q_MAX)
     V = 1.0 - q
     omega = jnp.sqrt(q)[None, :, None] * draws.xi
     Z = omega + jnp.sqrt(V)[None, :, None] * draws.eta
-    u = sequence_index(Z, skip)
+    return V, omega, Z, sequence_index(Z, skip)
+
+
+def outer_moments(q: Array, skip, draws: Draws, rule) -> Moments:
+    """The per-sample quantities of the state evolution at overlaps `q (L,)` (teacher and cavity from `draws`);
+    `rule` an `InnerRule` or a `GridRule` (two layers) or a `phasejax.depth.three.ThreeRule` (three layers)."""
+    V, omega, Z, u = teacher_and_cavity(q, skip, draws)
+    post_fn = posterior_of(rule)
 
     def batch(ridge):
-        def one(u_, om_):
-            g, _, post = output_function(u_, om_, V, skip, rule, ridge)
-            T = u_.shape[-1]
-            dev = post.second - V[:, None, None] * jnp.eye(T) - om_[:, :, None] * om_[:, None, :]
-            return jnp.sum(g**2, -1), jnp.sum(dev**2, (-1, -2)) / V**2, post.log_evidence
+        def one(u_, om_, z_):
+            post = post_fn(u_, om_, V, skip, rule, ridge)
+            return sample_estimators(post, om_, V, z_) + (post.log_evidence,)
 
-        return lambda: jax.vmap(one)(u, omega)
+        return lambda: jax.lax.map(lambda a: one(*a), (u, omega, Z), batch_size=64)
 
-    g2, cov_dev, le = jax.lax.cond(needs_ridge(V), batch(True), batch(False))
-    return Moments(g2=g2, cov_dev=cov_dev, log_evidence=le)
+    if isinstance(rule, GridRule):
+        out = batch(False)()
+    else:
+        out = jax.lax.cond(needs_ridge(V), batch(True), batch(False))
+    return Moments(*out)
 
 
-def se_map(q: Array, alpha, skip, draws: Draws, rule: InnerRule) -> tuple[Array, Array]:
-    """One state-evolution step: `(qhat (2,), its Monte Carlo standard error (2,))` at overlaps `q (2,)`."""
+BLOCK = 256
+"""Samples per block of `moments_unlearned_first`."""
+
+
+def moments_unlearned_first(q2, skip, draws: Draws, rule: GridRule) -> Moments:
+    """`outer_moments` at `q = (0, q2)` on a `GridRule`, through `shared_grid_posterior`: with layer 1 at `q_1 = 0`
+    its prior is `N(0, I)` for every sample, so the grid and `A(z_1)^{-1}` are computed once (the same numbers,
+    many times faster). Jittable; the draws are processed in blocks of `BLOCK` (padded)."""
+    if not isinstance(rule, GridRule):
+        raise TypeError(f"rule must be a GridRule, got {type(rule).__name__}")
+    V, omega, Z, u = teacher_and_cavity(jnp.stack([jnp.zeros_like(jnp.asarray(q2, jnp.float64)),
+                                                   jnp.asarray(q2, jnp.float64)]), skip, draws)
+    n = u.shape[0]
+    pad = (-n) % BLOCK
+
+    def blocks(a):
+        a = jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]) if pad else a  # padding rows, dropped below
+        return a.reshape((-1, BLOCK) + a.shape[1:])
+
+    T = u.shape[-1]
+
+    def one_block(args):
+        u_, om_, z_ = args
+        post = shared_grid_posterior(u_, om_[:, 1], V[1], jnp.zeros(T, u_.dtype), V[0], skip, rule)
+        est = jax.vmap(lambda p, o, z: sample_estimators(p, o, V, z))(post, om_, z_)
+        return est + (post.log_evidence,)
+
+    out = jax.lax.map(one_block, (blocks(u), blocks(omega), blocks(Z)))
+    return Moments(*(a.reshape((-1,) + a.shape[2:])[:n] for a in out))
+
+
+def se_map(q: Array, alpha, skip, draws: Draws, rule) -> tuple[Array, Array]:
+    """One state-evolution step: `(qhat (L,), its Monte Carlo standard error (L,))` at overlaps `q (L,)`.
+
+    Uses the direct estimator `|g_l|^2`, which vanishes identically at `q_l = 0` (the uninformative point stays an
+    exact fixed point of the map for any draws)."""
     m = outer_moments(q, skip, draws, rule)
     n = m.g2.shape[0]
     return alpha * m.g2.mean(0), alpha * m.g2.std(0) / jnp.sqrt(n)
 
 
 class SEState(NamedTuple):
+    """The iterate `q (L,)`, the last step's size `residual ()`, the one before `previous ()`, and `error ()`: the
+    estimated distance to the fixed point (`residual rho / (1 - rho)`, `rho = residual / previous`, the observed
+    contraction; infinite while the steps do not shrink)."""
+
     q: Array
     residual: Array
+    previous: Array
+    error: Array
 
 
 class _FixedProblem(NamedTuple):
-    """The map `_Fixed` iterates: `se_map` at `alpha`, `skip` with `draws`, `rule`; `frozen (2,)` layers at 0."""
+    """The map `_Fixed` iterates: `se_map` at `alpha`, `skip` with `draws`, `rule`; `frozen (L,)` layers at 0."""
 
     alpha: Array
     skip: Array
@@ -250,8 +235,18 @@ class _FixedProblem(NamedTuple):
     frozen: Array
 
 
+def _distance(residual, previous):
+    """Distance to the fixed point of a linearly converging iteration, from its last two step sizes."""
+    rho = residual / jnp.maximum(previous, jnp.finfo(jnp.float64).tiny)
+    return jnp.where(rho < 1.0, residual * rho / (1.0 - rho), jnp.inf)
+
+
 class _Fixed:
-    """Damped iteration of `_FixedProblem`'s map (settings: `damping`, `tol`)."""
+    """Damped iteration of `_FixedProblem`'s map (settings: `damping`, `tol`).
+
+    The convergence test: the distance to the fixed point, estimated from the contraction of the last two steps
+    (`_distance`), and the last step are both below `tol`. Near a threshold the contraction tends to one and the
+    iteration slows down; the test keeps it going instead of stopping on a small step."""
 
     def __init__(self, damping, tol):
         self.damping, self.tol = damping, tol
@@ -261,20 +256,23 @@ class _Fixed:
         new = jnp.minimum(qhat / (1.0 + qhat), Q_MAX)
         new = jnp.where(problem.frozen, 0.0, new)
         new = self.damping * new + (1.0 - self.damping) * state.q
-        return SEState(q=jnp.where(jnp.all(jnp.isfinite(new)), new, state.q),
-                       residual=jnp.where(jnp.all(jnp.isfinite(new)), jnp.max(jnp.abs(new - state.q)), jnp.nan))
+        ok = jnp.all(jnp.isfinite(new))
+        residual = jnp.where(ok, jnp.max(jnp.abs(new - state.q)), jnp.nan)
+        return SEState(q=jnp.where(ok, new, state.q), residual=residual, previous=state.residual,
+                       error=_distance(residual, state.residual))
 
     def terminate(self, problem: _FixedProblem, state):
         bad = ~jnp.isfinite(state.residual)
-        done = bad | (state.residual < self.tol)
+        done = bad | (state.residual == 0.0) | ((state.error < self.tol) & (state.residual < self.tol))
         return done, jnp.where(bad, Status.INVALID_ITERATE, Status.CONVERGED)
 
 
 @struct.dataclass
 class DepthSEResult:
-    """A fixed point: `q (2,)` (layer 1, layer 2), `qhat (2,)` and its Monte Carlo standard error `qhat_se (2,)`,
-    `q_se (2,)` (the standard error carried to `q`), `residual ()`, `iterations ()`, `status ()` (`Status` code),
-    and `clipped (2,)`: True for a layer whose overlap sits at the cap `Q_MAX` (the map pushes it above the cap,
+    """A fixed point: `q (L,)` (layer 1, 2, ...), `qhat (L,)` and its Monte Carlo standard error `qhat_se (L,)`,
+    `q_se (L,)` (the standard error carried to `q`), `residual ()` (the last step), `error ()` (the estimated
+    distance to the fixed point of the map, `SEState`), `iterations ()`, `status ()` (`Status` code), and
+    `clipped (L,)`: True for a layer whose overlap sits at the cap `Q_MAX` (the map pushes it above the cap,
     so the reported `q` is a lower bound on the fixed point's, even when `status` is converged)."""
 
     q: Array
@@ -282,23 +280,31 @@ class DepthSEResult:
     qhat_se: Array
     q_se: Array
     residual: Array
+    error: Array
     iterations: Array
     status: Array
     clipped: Array
 
 
+MAX_ITERATIONS = 20000
+"""A safety net only: the state evolution stops on its convergence test (`_Fixed`); a solve that reaches this many
+steps reports `Status.MAX_ITERATIONS`."""
+
+
 def _solve(alpha, skip, q0, draws, rule, damping, tol, max_iterations, frozen):
     solver = _Fixed(damping, tol)
-    out = iterate(solver, _FixedProblem(alpha, skip, draws, rule, frozen), SEState(q=jnp.asarray(q0, jnp.float64), residual=jnp.asarray(jnp.inf)),
-                  max_steps=max_iterations, min_steps=1)
+    inf = jnp.asarray(jnp.inf)
+    out = iterate(solver, _FixedProblem(alpha, skip, draws, rule, frozen),
+                  SEState(q=jnp.asarray(q0, jnp.float64), residual=inf, previous=inf, error=inf),
+                  max_steps=max_iterations, min_steps=2)
     q = out.state.q
     qhat, se = se_map(q, alpha, skip, draws, rule)
     q_se = se / (1.0 + qhat) ** 2
-    return DepthSEResult(q=q, qhat=qhat, qhat_se=se, q_se=q_se, residual=out.state.residual,
+    return DepthSEResult(q=q, qhat=qhat, qhat_se=se, q_se=q_se, residual=out.state.residual, error=out.state.error,
                          iterations=out.steps, status=out.status, clipped=qhat / (1.0 + qhat) >= Q_MAX)
 
 
-def _check(alpha=None, skip=None, q0=None, *, name: str = "q0", closed: bool = False):
+def _check(alpha=None, skip=None, q0=None, *, name: str = "q0", closed: bool = False, layers: int = 2):
     if alpha is not None and not isinstance(alpha, jax.core.Tracer) and np.any(np.asarray(alpha) < 0):
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     if skip is not None and not isinstance(skip, jax.core.Tracer) and np.any(np.asarray(skip) < 0):
@@ -306,23 +312,31 @@ def _check(alpha=None, skip=None, q0=None, *, name: str = "q0", closed: bool = F
     if q0 is not None and not isinstance(q0, jax.core.Tracer):
         a = np.asarray(q0)
         top = np.any(a > 1) if closed else np.any(a >= 1)
-        if a.shape[-1:] != (2,) or not np.all(np.isfinite(a)) or np.any(a < 0) or top:
-            raise ValueError(f"{name} must have shape (..., 2) with entries in [0, {'1]' if closed else '1)'}, "
+        if a.shape[-1:] != (layers,) or not np.all(np.isfinite(a)) or np.any(a < 0) or top:
+            raise ValueError(f"{name} must have shape (..., {layers}) with entries in [0, {'1]' if closed else '1)'}, "
                              f"got {q0}")
 
 
 @uses_float64
-def solve_se(alpha, skip, q0=(1e-3, 1e-3), draws: Draws | None = None, rule: InnerRule | None = None, *,
-             damping: float = 1.0, tol: float = 1e-7, max_iterations: int = 400,
-             frozen=(False, False)) -> DepthSEResult:
-    """Iterate the state evolution from `q0 (2,)` to a fixed point (jittable and vmappable in `alpha, skip, q0`).
+def solve_se(alpha, skip, q0=None, draws: Draws | None = None, rule=None, *,
+             damping: float = 1.0, tol: float = 1e-7, max_iterations: int = MAX_ITERATIONS,
+             frozen=None) -> DepthSEResult:
+    """Iterate the state evolution from `q0 (L,)` (default `1e-3` per layer) to a fixed point (jittable and
+    vmappable in `alpha, skip, q0`). `L` is the draws' number of layers (default draws: two layers); `rule` must
+    match it (`posterior_of`).
 
-    `frozen (2,)` pins a layer's overlap at zero (the fixed point where only the
-    other layer is learned; exact, by the sign symmetry of each layer).
+    Stops on the convergence test of `_Fixed` (estimated distance to the fixed point below `tol`); `max_iterations`
+    is a safety net whose status, `MAX_ITERATIONS`, says the test was not met.
+
+    `frozen (L,)` pins layers' overlaps at zero (the fixed point where only the
+    others are learned; exact, by the sign symmetry of each layer).
     """
-    _check(alpha, skip, q0)
     draws = se_draws(2048) if draws is None else draws
-    rule = inner_rule() if rule is None else rule
+    layers = draws.xi.shape[1]
+    q0 = (1e-3,) * layers if q0 is None else q0
+    frozen = (False,) * layers if frozen is None else frozen
+    _check(alpha, skip, q0, layers=layers)
+    rule = rule_for(32, skip) if rule is None else rule
     return _solve_jit(jnp.asarray(alpha, jnp.float64), jnp.asarray(skip, jnp.float64), jnp.asarray(q0, jnp.float64),
                       draws, rule, damping, tol, max_iterations, jnp.asarray(frozen))
 
@@ -331,9 +345,9 @@ _solve_jit = jax.jit(_solve, static_argnames=("damping", "tol", "max_iterations"
 
 
 @uses_float64
-def continuation(alphas, skip, q0=(1e-3, 1e-3), draws: Draws | None = None, rule: InnerRule | None = None, *,
-                 q_floor: float = 1e-3, damping: float = 1.0, tol: float = 1e-7, max_iterations: int = 400,
-                 frozen=(False, False)) -> DepthSEResult:
+def continuation(alphas, skip, q0=None, draws: Draws | None = None, rule=None, *,
+                 q_floor: float = 1e-3, damping: float = 1.0, tol: float = 1e-7, max_iterations: int = MAX_ITERATIONS,
+                 frozen=None) -> DepthSEResult:
     """Fixed points along increasing (or decreasing) `alphas (n,)`, each started from the previous one.
 
     The start is raised to at least `q_floor` per layer, so that a layer can
@@ -341,10 +355,12 @@ def continuation(alphas, skip, q0=(1e-3, 1e-3), draws: Draws | None = None, rule
     map stays at zero by symmetry). Returns an `DepthSEResult` with a leading axis `n`.
     """
     alphas = np.asarray(alphas, np.float64)
-    _check(alphas, skip, q0)
     draws = se_draws(2048) if draws is None else draws
-    rule = inner_rule() if rule is None else rule
-    frozen = jnp.asarray(frozen)
+    layers = draws.xi.shape[1]
+    q0 = (1e-3,) * layers if q0 is None else q0
+    frozen = jnp.asarray((False,) * layers if frozen is None else frozen)
+    _check(alphas, skip, q0, layers=layers)
+    rule = rule_for(32, skip) if rule is None else rule
 
     def body(q, alpha):
         start = jnp.where(frozen, 0.0, jnp.maximum(q, q_floor))
@@ -363,17 +379,17 @@ _scan_jit = jax.jit(_scan, static_argnums=0)
 
 
 @uses_float64
-def free_entropy(q, alpha, skip, draws: Draws | None = None, rule: InnerRule | None = None) -> tuple[Array, Array]:
-    """Replica-symmetric free entropy at a fixed point `q (2,)` and its Monte Carlo standard error.
+def free_entropy(q, alpha, skip, draws: Draws | None = None, rule=None) -> tuple[Array, Array]:
+    """Replica-symmetric free entropy at a fixed point `q (L,)` and its Monte Carlo standard error.
 
     `phi = sum_l [-q_l qhat_l / 2 + (qhat_l - log(1 + qhat_l)) / 2] + alpha E[log Z_out]`, with
     `qhat_l = q_l / (1 - q_l)` (the prior's stationarity condition) and `Z_out` the density of `+-u`
     (its `q`-independent normalisation cancels in comparisons at equal `alpha`). Of two fixed points
     at the same `alpha` the larger `phi` is the Bayes-optimal one.
     """
-    _check(alpha=alpha, skip=skip, q0=q, name="q")
     draws = se_draws(2048) if draws is None else draws
-    rule = inner_rule() if rule is None else rule
+    _check(alpha=alpha, skip=skip, q0=q, name="q", layers=draws.xi.shape[1])
+    rule = rule_for(32, skip) if rule is None else rule
     q = jnp.clip(jnp.asarray(q, jnp.float64), 0.0, Q_MAX)
     qhat = q / (1.0 - q)
     m = outer_moments(q, skip, draws, rule)
@@ -384,15 +400,16 @@ def free_entropy(q, alpha, skip, draws: Draws | None = None, rule: InnerRule | N
 
 @uses_float64
 def bayes_test_error(q, skip, n_samples: int = 20000, seed: int = 1) -> tuple[Array, Array]:
-    """Test error `E |y - y_hat|_F^2` of the plug-in predictor `y_hat = g(omega)` at overlaps `q (2,)`, and its
+    """Test error `E |y - y_hat|_F^2` of the plug-in predictor `y_hat = g(omega)` at overlaps `q (L,)`, and its
     standard error. `omega = sqrt(q) xi` is the student's projection, the teacher's is
     `omega + sqrt(1 - q) eta` (the same predictor as the paper's generalisation curves)."""
     from phasejax.depth.model import model_output
 
-    _check(skip=skip, q0=q, name="q", closed=True)
+    layers = int(np.shape(q)[-1]) if np.ndim(q) else 0
+    _check(skip=skip, q0=q, name="q", closed=True, layers=layers if layers in (2, 3) else 2)
     if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}")
-    d = se_draws(n_samples, seed)
+    d = se_draws(n_samples, seed, layers=layers)
     q = jnp.clip(jnp.asarray(q, jnp.float64), 0.0, 1.0)
     omega = jnp.sqrt(q)[None, :, None] * d.xi
     Z = omega + jnp.sqrt(1.0 - q)[None, :, None] * d.eta

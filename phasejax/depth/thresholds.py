@@ -1,24 +1,38 @@
 """Weak-recovery thresholds of the two-layer model and first-order jumps (docs/depth.md, section 3).
 
-Linear stability of the uninformative point `Q = 0`. Near `Q = 0` the output
-function is linear in the cavity, `g_l ~ (E[z_l z_l^T | u] - I) omega_l` (the
-mean vanishes by the sign symmetry, and so does the layer-to-layer block of the
-posterior covariance), so `qhat_l = alpha M_l q_l` with
+Linear stability of the uninformative point. Near `q_l = 0` the output function is
+linear in the cavity, `g_l ~ (E[W_l | u, omega] - I) omega_l` with `W_l = z_l z_l^T`
+(the posterior mean vanishes by the sign symmetry of layer `l`), so
+`qhat_l = alpha M_l q_l` with the stability constant
 
-    M_l = E_u |E[z_l z_l^T | u] - I_T|_F^2,
+    M_l = E |E[W_l | u, omega] - I_T|_F^2,
 
-and layer `l` leaves `q_l = 0` where `alpha M_l > 1`: `alpha_l^0 = 1 / M_l`
-(`uninformed_thresholds`). The layer with the smaller `alpha_l^0` is learned
-first. The other one then sits at zero next to the learned layer's fixed point
-`q*(alpha)`; it stays there until `alpha M_l(q*(alpha)) = 1`, with `M_l(q)` the
-same quantity given also the learned layer's cavity (`conditional_threshold`).
-So `alpha_first = min_l alpha_l^0` and `alpha_second` solves the conditional
-equation.
+and layer `l` leaves zero where its growth factor `alpha M_l` exceeds one.
 
-First-order jumps: where the state evolution from an informative start and
-from the uninformative start reach different fixed points, the Bayes-optimal
-one has the larger free entropy (`phasejax.depth.se.free_entropy`);
-`branch_scan` locates where they exchange.
+The bound. `E[W_l] = I` and a conditional expectation cannot increase the mean square:
+`E|E[W|u] - I|^2 = E|W - I|^2 - E|W - E[W|u]|^2 <= E|W - I|^2 = T^2 + T`, so
+`M_l <= T^2 + T` and every threshold is at least `1 / (T^2 + T)` (`1/6` for `T = 2`), for any
+skip, and also next to another layer's cavity (`z_l` is independent of it at `q_l = 0`).
+
+Estimators. The same identity gives two estimators of `M_l` with the direct one's mean that
+never exceed the bound (`phasejax.depth.se.Moments`): `(T^2 + T) - |W_teacher - E[W|u]|^2`
+(a control variate) and `(T^2 + T) - E[|W - E[W|u]|^2 | u]` (its posterior expectation);
+`nishimori_mean` combines them with the variance-minimising weight. `E|g_l|^2` is estimated
+likewise by `(T V - tr Cov[z_l | u, omega]) / V^2`.
+
+First threshold: at `Q = 0` both layers' constants give `alpha_l^0 = 1 / M_l`
+(`uninformed_thresholds`); the smaller one is learned first.
+
+Second threshold (`second_threshold`): the learned layer's fixed point with the other one at
+zero (an exact fixed point by symmetry) is parametrised by its own overlap: the fixed-point
+equation `q / (1 - q) = alpha E|g|^2(q)` gives `alpha*(q) = q / ((1 - q) E|g|^2(q))`, so every
+point of the branch is an exact fixed point of the map, with no iteration. The other layer's
+growth factor along it is `G(q) = alpha*(q) M_other(q)`, and its threshold is `alpha*(q*)` with
+`G(q*) = 1`.
+
+First-order jumps: where the state evolution from an informative start and from the
+uninformative start reach different fixed points, the Bayes-optimal one has the larger free
+entropy (`phasejax.depth.se.free_entropy`); `branch_scan` locates where they exchange.
 """
 
 from __future__ import annotations
@@ -28,107 +42,339 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.depth.se import Draws, InnerRule, DepthSEResult, continuation, free_entropy, inner_rule, outer_moments, se_draws
+from phasejax.depth.se import (
+    DepthSEResult,
+    Draws,
+    GridRule,
+    InnerRule,
+    continuation,
+    free_entropy,
+    grid_rule,
+    moments_unlearned_first,
+    outer_moments,
+    rule_for,
+    se_draws,
+)
 from phasejax.precision import uses_float64
 from phasejax.solvers import Status
 
 Array = jax.Array
 
+JACKKNIFE_BLOCKS = 32
+"""Blocks of draws for the jackknife errors of the thresholds."""
+
+
+def nishimori_mean(teacher, posterior) -> tuple[float, float, float]:
+    """Mean and standard error of the variance-minimising convex combination of two estimators with one mean.
+
+    `teacher, posterior (N,)`: per-sample values (`Moments.M_teacher`, `Moments.M_posterior`). Returns
+    `(mean, standard error, weight of teacher)`; a convex combination of two estimators that never exceed the bound
+    never exceeds it either.
+    """
+    x, y = np.asarray(teacher, np.float64), np.asarray(posterior, np.float64)
+    w = _weight(x, y)
+    z = w * x + (1 - w) * y
+    return float(z.mean()), float(z.std(ddof=1) / np.sqrt(z.size)), w
+
+
+def combined(x, y) -> np.ndarray:
+    """Per-sample values of the variance-minimising convex combination of two estimators `x, y (N,)` of one mean."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    w = _weight(x, y)
+    return w * x + (1 - w) * y
+
+
+def g2_samples(m, layer) -> np.ndarray:
+    """Per-sample estimator of `E|g_l|^2` from `Moments` `m`: the combination (`combined`) of the direct `|g_l|^2`
+    (best at small `q_l`, where it vanishes with `q_l`) and the Nishimori form (best at large `q_l`)."""
+    return combined(m.g2[:, layer], m.g2_nishimori[:, layer])
+
+
+def M_samples(m, layer) -> np.ndarray:
+    """Per-sample estimator of the stability constant `M_l` at `q_l = 0` from `Moments` `m` (`nishimori_mean`)."""
+    return combined(m.M_teacher[:, layer], m.M_posterior[:, layer])
+
+
+def _weight(x, y) -> float:
+    dx, dy = x - x.mean(), y - y.mean()
+    vx, vy, cxy = np.mean(dx * dx), np.mean(dy * dy), np.mean(dx * dy)
+    den = vx + vy - 2 * cxy
+    return float(np.clip((vy - cxy) / den, 0.0, 1.0)) if den > 0 else 0.5
+
+
+def _moments(q, skip, draws, rule):
+    """Per-sample `Moments` at overlaps `q (L,)`: the shared-grid path where it applies, `outer_moments` otherwise."""
+    q = np.asarray(q, np.float64)
+    if isinstance(rule, GridRule) and q.shape == (2,) and q[0] == 0.0:
+        return _unlearned_first_jit(jnp.asarray(q[1]), jnp.asarray(skip, jnp.float64), draws, rule)
+    return _outer_jit(jnp.asarray(q), jnp.asarray(skip, jnp.float64), draws, rule)
+
+
+_unlearned_first_jit = jax.jit(moments_unlearned_first)
+_outer_jit = jax.jit(outer_moments)
+
+
+def _blocks(x, n_blocks):
+    """Leave-one-block-out means of `x (..., N)` along its last axis: `(n_blocks, ...)`, and the full mean."""
+    x = np.asarray(x, np.float64)
+    n = x.shape[-1]
+    edges = np.linspace(0, n, n_blocks + 1).astype(int)
+    sums = np.stack([x[..., a:b].sum(-1) for a, b in zip(edges[:-1], edges[1:])])
+    sizes = np.diff(edges)
+    total = x.sum(-1)
+    return (total[None] - sums) / (n - sizes).reshape((-1,) + (1,) * (x.ndim - 1)), total / n
+
+
+def _jackknife(values):
+    """Standard error from leave-one-block-out estimates `values (B, ...)`."""
+    values = np.asarray(values, np.float64)
+    B = values.shape[0]
+    return np.sqrt((B - 1) / B * np.sum((values - values.mean(0)) ** 2, 0))
+
 
 @struct.dataclass
 class Thresholds:
-    """Per layer (index 0: layer 1, 1: layer 2): `M (2,)`, its standard error `M_se (2,)`,
-    `alpha0 = 1 / M (2,)` and its error `alpha0_err (2,)` (Monte Carlo, one standard error)."""
+    """Per layer (index 0: layer 1, 1: layer 2) at `Q = 0`: the stability constant `M (2,)` (`nishimori_mean`), its
+    standard error `M_se (2,)`, `alpha0 = 1 / M (2,)` and its error `alpha0_err (2,)` (Monte Carlo, one standard
+    error), the combination's weight of the teacher estimator `weight (2,)`, and the number of draws `n_draws`."""
 
     M: Array
     M_se: Array
     alpha0: Array
     alpha0_err: Array
+    weight: Array
+    n_draws: int = struct.field(pytree_node=False, default=0)
 
 
-_moments_jit = jax.jit(outer_moments)
+def _check_skip(skip):
+    if not isinstance(skip, jax.core.Tracer) and (np.ndim(skip) or not np.isfinite(skip) or skip < 0):
+        raise ValueError(f"skip must be a number >= 0, got {skip}")
 
 
 @uses_float64
-def uninformed_thresholds(skip, draws: Draws | None = None, rule: InnerRule | None = None) -> Thresholds:
-    """`alpha_l^0 = 1 / M_l` from the linear stability of `Q = 0` (module docstring), with Monte Carlo errors."""
-    if not isinstance(skip, jax.core.Tracer) and np.any(np.asarray(skip) < 0):
-        raise ValueError(f"skip must be >= 0, got {skip}")
+def uninformed_thresholds(skip, draws: Draws | None = None, rule=None) -> Thresholds:
+    """`alpha_l^0 = 1 / M_l` from the linear stability of `Q = 0` (module docstring), with Monte Carlo errors.
+
+    `rule`: a `GridRule` (default `grid_rule(0.16)`) or an `InnerRule`; for three layers (`draws` of three layers)
+    a `phasejax.depth.three.ThreeRule`."""
+    _check_skip(skip)
     draws = se_draws(4096) if draws is None else draws
-    rule = inner_rule(16) if rule is None else rule
-    m = _moments_jit(jnp.zeros(2), jnp.asarray(skip, jnp.float64), draws, rule)
-    n = m.cov_dev.shape[0]
-    M = m.cov_dev.mean(0)
-    M_se = m.cov_dev.std(0) / jnp.sqrt(n)
-    return Thresholds(M=M, M_se=M_se, alpha0=1.0 / M, alpha0_err=M_se / M**2)
+    rule = grid_rule(0.16) if rule is None else rule
+    layers = draws.xi.shape[1]
+    m = _moments(np.zeros(layers), skip, draws, rule)
+    out = [nishimori_mean(m.M_teacher[:, l], m.M_posterior[:, l]) for l in range(layers)]
+    M, M_se, w = (np.asarray(v) for v in zip(*out))
+    return Thresholds(M=M, M_se=M_se, alpha0=1.0 / M, alpha0_err=M_se / M**2, weight=w, n_draws=int(m.g2.shape[0]))
+
+
+def _crossing(V, a, b, reach: float = 1.0):
+    """The threshold from the means at three (or more) points `V (n,)` of the learned layer's `1 - q`:
+    `a (n,)` its `E|g|^2`, `b (n,)` the other layer's `M`. Returns `(alpha quadratic, alpha linear, V*)`;
+    NaN when the growth factor crosses one farther than `reach` spacings outside the points."""
+    V, a, b = (np.asarray(v, np.float64) for v in (V, a, b))
+    log_alpha = np.log((1.0 - V) / (V * a))
+    return crossing_log(np.log(V), log_alpha, log_alpha + np.log(b), reach)
+
+
+def crossing_log(x, log_alpha, log_gain, reach: float = 1.0):
+    """Where `log_gain (n,)` crosses zero along `x (n,)`, and `alpha` there from `log_alpha (n,)`: quadratic
+    interpolation through the three points around the root, and linear on the bracketing pair. Returns
+    `(alpha quadratic, alpha linear, exp(x*))`; NaN when the root lies farther than `reach` spacings outside."""
+    x, log_alpha, log_gain = (np.asarray(v, np.float64) for v in (x, log_alpha, log_gain))
+    order = np.argsort(x)
+    x, log_alpha, log_gain = x[order], log_alpha[order], log_gain[order]
+    sign = np.sign(log_gain)
+    idx = np.nonzero(sign[:-1] != sign[1:])[0]
+    k = idx[0] if idx.size else int(np.argmin(np.abs(log_gain[:-1] + log_gain[1:])))
+    t = -log_gain[k] / (log_gain[k + 1] - log_gain[k])
+    x_lin = x[k] + t * (x[k + 1] - x[k])
+    a_lin = np.exp(log_alpha[k] + t * (log_alpha[k + 1] - log_alpha[k]))
+    span = x[-1] - x[0]
+    if not (x[0] - reach * span / (len(x) - 1) <= x_lin <= x[-1] + reach * span / (len(x) - 1)):
+        return np.nan, np.nan, np.nan
+    if len(x) < 3:
+        return a_lin, a_lin, np.exp(x_lin)
+    first = min(max(k - 1, 0), len(x) - 3)
+    j = slice(first, first + 3)
+    roots = np.roots(np.polyfit(x[j], log_gain[j], 2))
+    roots = roots[np.isreal(roots)].real
+    x_q = roots[np.argmin(np.abs(roots - x_lin))] if roots.size else x_lin
+    a_q = np.exp(np.polyval(np.polyfit(x[j], log_alpha[j], 2), x_q))
+    return a_q, a_lin, np.exp(x_q)
 
 
 @struct.dataclass
-class ConditionalThreshold:
-    """The second layer's threshold next to the first layer's fixed point.
+class SecondThreshold:
+    """The threshold of the layer learned second, next to the first one's fixed point (module docstring).
 
-    `alpha ()` and its error `alpha_err ()` (Monte Carlo plus interpolation), `learned ()` the index of the layer
-    learned first, `q_learned ()` its overlap at `alpha`; the scan: `alphas (n,)`, `gain (n,)` `= alpha M_l(q*)`,
-    `gain_se (n,)`, `q_star (n,)`, `status (n,)`. `alpha` is NaN when the gain stays below one on the scan.
+    `alpha ()`: the threshold; its errors `alpha_mc ()` (Monte Carlo, jackknife over blocks of draws) and
+    `alpha_interp ()` (quadratic against linear interpolation between the points); `q ()`: the learned layer's
+    overlap there and its Monte Carlo error `q_err ()`; `learned ()`: the index of the learned layer, `other ()`:
+    the index of the layer whose threshold this is.
+    The points: `V (n,)` (the learned layer's `1 - q`), `alpha_star (n,)` (where each is a fixed point),
+    `gain (n,)` and `gain_se (n,)` (the other layer's growth factor there). `branch_monotone ()`: `alpha_star`
+    increases along the pilot scan up to the threshold (one fixed point per `alpha`: no jump of the learned layer).
+    `n_draws`: the draws of the final points.
     """
 
     alpha: Array
-    alpha_err: Array
+    alpha_mc: Array
+    alpha_interp: Array
+    q: Array
+    q_err: Array
     learned: Array
-    q_learned: Array
-    alphas: Array
+    other: Array
+    V: Array
+    alpha_star: Array
     gain: Array
     gain_se: Array
-    q_star: Array
-    status: Array
+    branch_monotone: Array
+    n_draws: int = struct.field(pytree_node=False, default=0)
+
+    @property
+    def alpha_err(self):
+        """Monte Carlo and interpolation errors added in quadrature."""
+        return np.hypot(self.alpha_mc, self.alpha_interp)
+
+
+RECENTRE = 3
+"""Attempts at centring the final points of a threshold on its crossing (the pilot's estimate first)."""
+
+PILOT_V = tuple(float(v) for v in np.geomspace(0.7, 0.003, 16))
+"""The pilot scan's values of the learned layer's `V = 1 - q`."""
+
+
+def _point_means(V_points, learned, skip, draws, rule, others=None):
+    """Per-sample `a (n, N)`, `b (k, n, N)` at the points (the learned layer at `V = 1 - q`, every other layer at 0):
+    the learned layer's `E|g|^2` (`g2_samples`) and the `M` of each of `others` (default: every other layer;
+    `M_samples`), with the combinations' weights per point."""
+    layers = draws.xi.shape[1]
+    others = [l for l in range(layers) if l != learned] if others is None else list(others)
+    a, b = [], []
+    for V in V_points:
+        q = np.zeros(layers)
+        q[learned] = 1.0 - V
+        m = _moments(q, skip, draws, rule)
+        a.append(g2_samples(m, learned))
+        b.append([M_samples(m, other) for other in others])
+    return np.asarray(a), np.swapaxes(np.asarray(b), 0, 1)
+
+
+def _threshold_from_samples(V, a, b, n_blocks=JACKKNIFE_BLOCKS):
+    """`(alpha, alpha_lin, V*)` and their jackknife standard errors from per-sample `a, b (n, N)`."""
+    est = np.asarray(_crossing(V, a.mean(-1), b.mean(-1)))
+    loo_a, _ = _blocks(a, n_blocks)
+    loo_b, _ = _blocks(b, n_blocks)
+    reps = np.asarray([_crossing(V, loo_a[j], loo_b[j]) for j in range(n_blocks)])
+    return est, _jackknife(reps)
 
 
 @uses_float64
-def conditional_threshold(skip, alphas, learned: int = 1, draws: Draws | None = None, rule: InnerRule | None = None,
-                          **solver_options) -> ConditionalThreshold:
-    """Where the layer other than `learned` (0 or 1) leaves zero, scanning increasing `alphas (n,)`.
+def second_threshold(skip, learned: int = 1, draws: Draws | None = None, rule=None, *,
+                     pilot_draws: Draws | None = None, pilot_rule=None, spread: float = 0.12,
+                     pilot_V=PILOT_V) -> SecondThreshold:
+    """The threshold of the layer learned second, next to the fixed point of `learned`, the others at zero.
 
-    Along the scan the other layer is pinned at `q = 0` (an exact fixed point by symmetry) and the
-    learned one follows its fixed point by continuation; `gain = alpha M_other(q*)` is the other
-    layer's linear growth factor. The crossing `gain = 1` is interpolated linearly; its error adds
-    the Monte Carlo error of the gain (through the local slope) and the change to a quadratic
-    interpolation.
+    A pilot scan over `pilot_V` (with `pilot_draws`, `pilot_rule`) finds, among the other layers, the one whose
+    growth factor reaches one first, and brackets its crossing; the final three points at
+    `V* exp(-spread, 0, spread)` use `draws` and `rule` (default `grid_rule(0.16)`; for three layers, draws of three
+    layers and a `ThreeRule` for all four arguments). The learned layer's overlap at every point is an exact fixed
+    point of the map (module docstring).
     """
-    if learned not in (0, 1):
-        raise ValueError(f"learned must be 0 or 1, got {learned}")
-    alphas = np.asarray(alphas, np.float64)
-    if alphas.ndim != 1 or alphas.size < 3 or np.any(np.diff(alphas) <= 0):
-        raise ValueError("alphas must be an increasing 1-d grid of at least 3 values")
-    other = 1 - learned
-    draws = se_draws(1024) if draws is None else draws
-    rule = inner_rule(16) if rule is None else rule
-    frozen = (other == 0, other == 1)
-    res = continuation(alphas, skip, draws=draws, rule=rule, frozen=frozen, **solver_options)
-    m = jax.vmap(lambda q: _moments_jit(q, jnp.asarray(skip, jnp.float64), draws, rule))(res.q)
-    n = m.cov_dev.shape[1]
-    M = np.asarray(m.cov_dev[:, :, other].mean(1))
-    M_se = np.asarray(m.cov_dev[:, :, other].std(1)) / np.sqrt(n)
-    gain, gain_se = alphas * M, alphas * M_se
-    q_star = np.asarray(res.q[:, learned])
-    alpha, err, q_at = np.nan, np.nan, np.nan
-    above = np.nonzero(gain >= 1.0)[0]
-    if above.size and above[0] > 0:
-        k = above[0]
-        a0, a1, g0, g1 = alphas[k - 1], alphas[k], gain[k - 1], gain[k]
-        slope = (g1 - g0) / (a1 - a0)
-        alpha = a0 + (1.0 - g0) / slope
-        # quadratic through three neighbours, for the interpolation error
-        j = slice(max(k - 2, 0), max(k - 2, 0) + 3) if k + 1 >= alphas.size else slice(k - 1, k + 2)
-        coef = np.polyfit(alphas[j], gain[j] - 1.0, 2)
-        roots = np.roots(coef)
-        roots = roots[np.isreal(roots)].real
-        quad = roots[np.argmin(np.abs(roots - alpha))] if roots.size else alpha
-        mc = 0.5 * (gain_se[k - 1] + gain_se[k]) / abs(slope)
-        err = float(np.hypot(mc, abs(quad - alpha)))
-        q_at = float(np.interp(alpha, alphas, q_star))
-    return ConditionalThreshold(alpha=np.float64(alpha), alpha_err=np.float64(err), learned=np.int32(learned),
-                                q_learned=np.float64(q_at), alphas=alphas, gain=gain, gain_se=gain_se,
-                                q_star=q_star, status=np.asarray(res.status))
+    _check_skip(skip)
+    draws = se_draws(16384, seed=1) if draws is None else draws
+    layers = draws.xi.shape[1]
+    if learned not in range(layers):
+        raise ValueError(f"learned must be a layer index in [0, {layers}), got {learned}")
+    if not 0 < spread < 1:
+        raise ValueError(f"spread must be in (0, 1), got {spread}")
+    rule = grid_rule(0.16) if rule is None else rule
+    pilot_draws = se_draws(2048, seed=2) if pilot_draws is None else pilot_draws
+    pilot_rule = grid_rule(0.24) if pilot_rule is None else pilot_rule
+    others = [l for l in range(layers) if l != learned]
+    Vp = np.asarray(pilot_V, np.float64)
+    a, b = _point_means(Vp, learned, skip, pilot_draws, pilot_rule, others)
+    alpha_star = (1 - Vp) / (Vp * a.mean(-1))
+    gains = alpha_star[None] * b.mean(-1)  # (others, n)
+    crossings = []
+    for g in gains:
+        above = np.nonzero(g >= 1.0)[0]
+        crossings.append(above[0] if above.size and above[0] > 0 else None)
+    alphas = [np.interp(1.0, g[k - 1:k + 1], alpha_star[k - 1:k + 1]) if k is not None else np.inf
+              for g, k in zip(gains, crossings)]
+    j = int(np.argmin(alphas))
+    other, k = others[j], crossings[j]
+    nan = np.float64(np.nan)
+    if k is None:
+        return SecondThreshold(alpha=nan, alpha_mc=nan, alpha_interp=nan, q=nan, q_err=nan, learned=np.int32(learned),
+                               other=np.int32(other), V=Vp, alpha_star=alpha_star, gain=gains[j],
+                               gain_se=alpha_star * b[j].std(-1) / np.sqrt(b.shape[-1]),
+                               branch_monotone=np.bool_(np.all(np.diff(alpha_star) > 0)),
+                               n_draws=pilot_draws.xi.shape[0])
+    monotone = bool(np.all(np.diff(alpha_star[: k + 1]) > 0))
+    _, _, V0 = _crossing(Vp[k - 1:k + 1], a[k - 1:k + 1].mean(-1), b[j, k - 1:k + 1].mean(-1))
+    for _ in range(RECENTRE):
+        V_final = V0 * np.exp(spread * np.array([1.0, 0.0, -1.0]))
+        a, b = _point_means(V_final, learned, skip, draws, rule, [other])
+        b = b[0]
+        (alpha, alpha_lin, V_star), (alpha_mc, _, V_mc) = _threshold_from_samples(V_final, a, b)
+        V_far = _crossing(V_final, a.mean(-1), b.mean(-1), np.inf)[2]
+        if V_final[-1] <= V_far <= V_final[0] or not np.isfinite(V_far):
+            break
+        V0 = V_far  # the pilot missed: centre the points on the final draws' crossing
+    alpha_star = (1 - V_final) / (V_final * a.mean(-1))
+    n = a.shape[-1]
+    return SecondThreshold(alpha=np.float64(alpha), alpha_mc=np.float64(alpha_mc),
+                           alpha_interp=np.float64(abs(alpha - alpha_lin)), q=np.float64(1 - V_star),
+                           q_err=np.float64(V_mc), learned=np.int32(learned), other=np.int32(other), V=V_final,
+                           alpha_star=alpha_star, gain=alpha_star * b.mean(-1),
+                           gain_se=alpha_star * b.std(-1, ddof=1) / np.sqrt(n), branch_monotone=np.bool_(monotone),
+                           n_draws=n)
+
+
+@struct.dataclass
+class RuleCheck:
+    """A threshold recomputed with another rule on the same draws: `primary ()` and `other ()` (both on the check's
+    draws), `difference ()` `= other - primary` and its jackknife standard error `difference_se ()` (paired draws,
+    so the Monte Carlo noise common to both cancels), and `n_draws`."""
+
+    primary: Array
+    other: Array
+    difference: Array
+    difference_se: Array
+    n_draws: int = struct.field(pytree_node=False, default=0)
+
+
+@uses_float64
+def check_first(skip, layer: int, draws: Draws, rule, other_rule) -> RuleCheck:
+    """`alpha_l^0` of `layer` with `rule` and with `other_rule` on the same `draws`."""
+    _check_skip(skip)
+    vals = []
+    for r in (rule, other_rule):
+        m = _moments(np.zeros(draws.xi.shape[1]), skip, draws, r)
+        x, y = np.asarray(m.M_teacher[:, layer]), np.asarray(m.M_posterior[:, layer])
+        vals.append(0.5 * (x + y))  # a fixed weight: the same estimator for both rules
+    loo, full = _blocks(np.stack(vals), JACKKNIFE_BLOCKS)
+    est = 1.0 / full
+    reps = 1.0 / loo
+    diff_se = _jackknife(reps[:, 1] - reps[:, 0])
+    return RuleCheck(primary=np.float64(est[0]), other=np.float64(est[1]), difference=np.float64(est[1] - est[0]),
+                     difference_se=np.float64(diff_se), n_draws=int(draws.xi.shape[0]))
+
+
+@uses_float64
+def check_second(skip, threshold: SecondThreshold, draws: Draws, rule, other_rule) -> RuleCheck:
+    """`second_threshold`'s crossing at its final points recomputed with `rule` and with `other_rule` on `draws`."""
+    _check_skip(skip)
+    learned, other = int(threshold.learned), int(threshold.other)
+    V = np.asarray(threshold.V)
+    samples = [(a, b[0]) for a, b in (_point_means(V, learned, skip, draws, r, [other]) for r in (rule, other_rule))]
+    # the crossing may lie outside the points on few draws: extrapolate (the difference is what is measured)
+    est = [_crossing(V, a.mean(-1), b.mean(-1), np.inf)[0] for a, b in samples]
+    loo = [(_blocks(a, JACKKNIFE_BLOCKS)[0], _blocks(b, JACKKNIFE_BLOCKS)[0]) for a, b in samples]
+    reps = np.asarray([[_crossing(V, la[j], lb[j], np.inf)[0] for la, lb in loo] for j in range(JACKKNIFE_BLOCKS)])
+    return RuleCheck(primary=np.float64(est[0]), other=np.float64(est[1]), difference=np.float64(est[1] - est[0]),
+                     difference_se=np.float64(_jackknife(reps[:, 1] - reps[:, 0])), n_draws=int(draws.xi.shape[0]))
 
 
 @struct.dataclass
@@ -157,7 +403,7 @@ def branch_scan(skip, alphas, draws: Draws | None = None, rule: InnerRule | None
     """Both branches along `alphas` (the informative one by continuation from `q_high` down in alpha)."""
     alphas = np.asarray(alphas, np.float64)
     draws = se_draws(1024) if draws is None else draws
-    rule = inner_rule(16) if rule is None else rule
+    rule = rule_for(32, skip) if rule is None else rule
     low = continuation(alphas, skip, draws=draws, rule=rule, **solver_options)
     high = continuation(alphas[::-1], skip, q0=q_high, draws=draws, rule=rule, q_floor=0.0, **solver_options)
     high = jax.tree_util.tree_map(lambda a: a[::-1], high)
@@ -179,3 +425,143 @@ def branch_scan(skip, alphas, draws: Draws | None = None, rule: InnerRule | None
         jump = alphas[k] + (alphas[k + 1] - alphas[k]) * (-d[k]) / (d[k + 1] - d[k])
     return BranchScan(alphas=alphas, q_low=q_low, q_high=q_high_, phi_low=phi_low, phi_high=phi_high,
                       phi_se=phi_se, coexist=coexist, alpha_jump=np.float64(jump), low=low, high=high)
+
+
+@struct.dataclass
+class ThresholdSettings:
+    """How `layer_thresholds` computes one skip's thresholds (all static).
+
+    `target`: the Monte Carlo standard error aimed at for each threshold; the draws start at `draws_first`,
+    `draws_second` and are raised once, in proportion to the squared error ratio, up to `max_draws`.
+    `step`: the grid rule's step (`grid_rule`); its error is measured against `step / 2` on `rule_draws` draws.
+    `check_order`: the Gauss-Hermite mixture (`rule_for`) that recomputes both thresholds on `check_draws` draws
+    (paired), raised like the others until the paired difference's error is below `target / 2`.
+    `pilot_draws`, `pilot_step`: the pilot scan of `second_threshold`. `seed`: of all draws.
+    """
+
+    target: float = 0.0015
+    draws_first: int = 16384
+    draws_second: int = 16384
+    max_draws: int = 262144
+    step: float = 0.16
+    rule_draws: int = 2048
+    check_order: int = 96
+    check_draws: int = 1024
+    max_check_draws: int = 8192
+    pilot_draws: int = 2048
+    pilot_step: float = 0.24
+    seed: int = 1
+
+
+@struct.dataclass
+class LayerThresholds:
+    """One skip's thresholds: `first` (`Thresholds` at `Q = 0`) and `second` (`SecondThreshold`); the layer learned
+    first, `first_layer` (index); the grid rule's own error, `first_grid`, `second_grid` (`RuleCheck` of `step`
+    against `step / 2`); and the independent rule's, `first_check`, `second_check` (`RuleCheck` of the grid against
+    the Gauss-Hermite mixture)."""
+
+    skip: float
+    first_layer: int
+    first: Thresholds
+    second: SecondThreshold
+    first_grid: RuleCheck
+    second_grid: RuleCheck
+    first_check: RuleCheck
+    second_check: RuleCheck
+
+    @property
+    def alpha_first(self) -> tuple[float, float]:
+        """The first layer's threshold and its error (Monte Carlo and the grid's error in quadrature)."""
+        l = self.first_layer
+        return float(self.first.alpha0[l]), float(np.hypot(self.first.alpha0_err[l], self.first_grid.difference))
+
+    @property
+    def alpha_second(self) -> tuple[float, float]:
+        """The second layer's threshold and its error (Monte Carlo, interpolation and the grid's error)."""
+        s = self.second
+        return float(s.alpha), float(np.sqrt(s.alpha_mc**2 + s.alpha_interp**2 + self.second_grid.difference**2))
+
+
+def _more(n, err, target, cap, block=256):
+    """The draws that bring a standard error `err` at `n` draws to `target` (10% margin), capped, in blocks."""
+    if not np.isfinite(err) or err <= target or n >= cap:
+        return n
+    return int(min(cap, block * np.ceil(n * 1.1 * (err / target) ** 2 / block)))
+
+
+@uses_float64
+def layer_thresholds(skip, settings: ThresholdSettings = ThresholdSettings()) -> LayerThresholds:
+    """Both layers' thresholds at one skip strength, with their errors and the independent rule's check."""
+    _check_skip(skip)
+    st = settings
+    grid, fine = grid_rule(st.step), grid_rule(st.step / 2)
+    other_rule = rule_for(st.check_order, skip)
+    n = st.draws_first
+    first = uninformed_thresholds(skip, se_draws(n, st.seed), grid)
+    layer = int(np.argmin(first.alpha0))
+    n_more = _more(n, float(first.alpha0_err[layer]), st.target, st.max_draws)
+    if n_more > n:
+        first = uninformed_thresholds(skip, se_draws(n_more, st.seed), grid)
+    pilot = se_draws(st.pilot_draws, st.seed + 1)
+    pilot_rule = grid_rule(st.pilot_step)
+    n = st.draws_second
+    second = second_threshold(skip, layer, se_draws(n, st.seed + 2), grid, pilot_draws=pilot, pilot_rule=pilot_rule)
+    n_more = _more(n, float(second.alpha_mc), st.target, st.max_draws)
+    if n_more > n:
+        second = second_threshold(skip, layer, se_draws(n_more, st.seed + 2), grid, pilot_draws=pilot,
+                                  pilot_rule=pilot_rule)
+    rule_draws = se_draws(st.rule_draws, st.seed + 3)
+    first_grid = check_first(skip, layer, rule_draws, grid, fine)
+    second_grid = check_second(skip, second, rule_draws, grid, fine)
+    checks = []
+    for check in (lambda d: check_first(skip, layer, d, grid, other_rule),
+                  lambda d: check_second(skip, second, d, grid, other_rule)):
+        n = st.check_draws
+        res = check(se_draws(n, st.seed + 4))
+        n_more = _more(n, float(res.difference_se), st.target / 2, st.max_check_draws)
+        if n_more > n:
+            res = check(se_draws(n_more, st.seed + 4))
+        checks.append(res)
+    return LayerThresholds(skip=float(skip), first_layer=layer, first=first, second=second, first_grid=first_grid,
+                           second_grid=second_grid, first_check=checks[0], second_check=checks[1])
+
+
+@uses_float64
+def estimator_study(skip, q, draws: Draws, rule=None) -> dict:
+    """Per-sample mean and standard deviation of every estimator at overlaps `q (2,)`: the stability constants of the
+    layers at zero (`direct`, `teacher`, `posterior`, `combined`: `nishimori_mean`) and `E|g_l|^2` of the others
+    (`direct`, `nishimori`). Returns `{(quantity, estimator): (mean, std)}` with quantity `M_1`, `M_2`, `g2_1`, `g2_2`."""
+    _check_skip(skip)
+    rule = grid_rule(0.16) if rule is None else rule
+    q = np.asarray(q, np.float64)
+    m = _moments(q, skip, draws, rule)
+    out = {}
+    for l in range(2):
+        if q[l] == 0.0:
+            x, y = np.asarray(m.M_teacher[:, l]), np.asarray(m.M_posterior[:, l])
+            w = _weight(x, y)
+            for name, v in (("direct", m.cov_dev[:, l]), ("teacher", x), ("posterior", y),
+                            ("combined", w * x + (1 - w) * y)):
+                v = np.asarray(v)
+                out[(f"M_{l + 1}", name)] = (float(v.mean()), float(v.std(ddof=1)))
+        else:
+            for name, v in (("direct", m.g2[:, l]), ("nishimori", m.g2_nishimori[:, l]),
+                            ("combined", g2_samples(m, l))):
+                v = np.asarray(v)
+                out[(f"g2_{l + 1}", name)] = (float(v.mean()), float(v.std(ddof=1)))
+    return out
+
+
+@uses_float64
+def learned_branch(skip, V, learned: int = 1, draws: Draws | None = None, rule=None) -> tuple[Array, Array]:
+    """The learned layer's fixed point with the other one held at zero, as `alpha*(q)` (module docstring): at the
+    learned layer's `V = 1 - q (n,)` returns `(alpha* (n,), its Monte Carlo standard error (n,))`. Every point is an
+    exact fixed point of the map on these draws; `q(alpha)` follows by interpolation where `alpha*` increases."""
+    _check_skip(skip)
+    draws = se_draws(4096, seed=5) if draws is None else draws
+    rule = grid_rule(0.16) if rule is None else rule
+    V = np.asarray(V, np.float64)
+    a, _ = _point_means(V, learned, skip, draws, rule, [])
+    mean = a.mean(-1)
+    alpha = (1 - V) / (V * mean)
+    return alpha, alpha * a.std(-1, ddof=1) / np.sqrt(a.shape[-1]) / mean

@@ -1,0 +1,81 @@
+"""Three layers: the reduction to the two-layer posterior when layer 1 is known, the one-layer closed form when
+layers 1 and 2 are known, and AMP on data against the state evolution (slow)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax import float64_scope
+from phasejax.depth import (
+    gaussian_posterior,
+    grid_rule,
+    mixing_matrix,
+    outer_moments,
+    posterior_three,
+    se_draws,
+    sequence_index,
+    three_rule,
+)
+from phasejax.depth.se import Q_MAX
+
+
+def test_with_layer_one_known_the_three_layer_posterior_is_the_two_layer_one():
+    """Given z_1, `u = A(P z_2) P z_3` with `P = A(z_1)`: the two-layer channel in `h = P z_2`, `w = P z_3`, whose
+    Gaussian priors are `N(P omega, V P P^T)`. The three-layer posterior (Gauss-Hermite over z_1 at a vanishing
+    variance, mixture rule inside) equals that two-layer posterior computed on the graded grid."""
+    skip = 1.0
+    with float64_scope():
+        rng = np.random.default_rng(31)
+        V = jnp.asarray([1e-12, 0.9, 0.1])  # layer 3 narrow: the mixture's ridge components at work
+        omega = jnp.sqrt(1 - V)[None, :, None] * rng.standard_normal((3, 3, 2))
+        Z = omega + jnp.sqrt(V)[None, :, None] * rng.standard_normal((3, 3, 2))
+        u = sequence_index(Z, skip)
+
+        def both(u, omega, z):
+            three = posterior_three(u, omega, V, skip, three_rule(3, 24), ridge=True)
+            P = mixing_matrix(z[0], skip)
+            two = gaussian_posterior(u, P @ omega[1], V[1] * P @ P.T, P @ omega[2], V[2] * P @ P.T, skip,
+                                     grid_rule(0.16), jnp.linalg.inv(P))
+            return three, two
+
+        three, two = jax.jit(jax.vmap(both))(u, omega, Z)
+        np.testing.assert_allclose(three.mean[:, 0], Z[:, 0], atol=1e-5)
+        # the two rules agree to their own accuracy (a few 1e-3 at this order); a wrong reduction is off by O(1)
+        np.testing.assert_allclose(three.mean[:, 1:], two.mean, atol=1e-2)
+        np.testing.assert_allclose(three.second[:, 1:], two.second, atol=1e-2, rtol=1e-2)
+
+
+def test_with_two_layers_known_the_last_layer_threshold_is_one_over_T2_plus_T():
+    """With layers 1 and 2 known the output reveals +-z_3, so E[z_3 z_3^T | u] = z_3 z_3^T and layer 3's stability
+    constant at q_3 = 0 is E|z z^T - I|_F^2 = T^2 + T = 6: sample by sample the estimator is |z_3 z_3^T - I|_F^2."""
+    with float64_scope():
+        draws = se_draws(32, seed=33, layers=3)
+        m = outer_moments(jnp.asarray([Q_MAX, Q_MAX, 0.0]), 1.0, draws, three_rule(3, 6))
+        z = draws.eta[:, 2]
+        exact = jnp.sum((z[:, :, None] * z[:, None, :] - jnp.eye(2)) ** 2, (-1, -2))
+        # layers 1, 2 known to sqrt(1 - Q_MAX) ~ 0.02, which moves z_3 by a few percent
+        np.testing.assert_allclose(m.cov_dev[:, 2], exact, rtol=0.1, atol=0.1)
+        assert float(jnp.max(m.M_posterior[:, 2])) <= 6.0 + 1e-9
+        np.testing.assert_allclose(m.M_posterior[:, 2], 6.0, atol=0.3)
+
+
+@pytest.mark.slow
+def test_three_layer_amp_tracks_the_state_evolution():
+    """AMP on three-layer data (d = 1000, skip 1, alpha 0.5, 2 seeds) ends where the SE (same rule) says: layer 3
+    learned, layers 1 and 2 at zero, within 3 seed standard deviations plus 2 / sqrt(d)."""
+    from phasejax.depth import run_amp, sample_data, solve_se
+
+    with float64_scope():
+        rule, skip, alpha, d = three_rule(4, 6), 1.0, 0.5, 1000
+        se = solve_se(alpha, skip, q0=(1e-3, 1e-3, 1e-3), draws=se_draws(256, seed=3, layers=3), rule=rule,
+                      tol=1e-5)
+        ms = []
+        for s in range(2):
+            key = jax.random.PRNGKey(s)
+            res = run_amp(sample_data(key, d, alpha, skip, layers=3), skip, jax.random.fold_in(key, 1), q_init=0.1,
+                          m_init=0.1, rule=rule, max_iterations=60)
+            ms.append(np.asarray(res.m))
+        ms = np.asarray(ms)
+        band = 3 * ms.std(0, ddof=1) + 2 / np.sqrt(d) + 3 * np.asarray(se.q_se)
+        assert np.all(np.abs(ms.mean(0) - np.asarray(se.q)) < band), (ms, se.q)
