@@ -304,10 +304,11 @@ def _rs_delta_e(alpha, omega=0.3):
 
 def test_small_run_has_the_sign_of_the_replica_symmetric_delta_e_far_from_alpha_c():
     alphas = (0.8, 2.2)           # the largest RS Delta e_t on the positional side; well into the semantic side
-    rows = bracket_sweep(BracketGrid(alphas=alphas, datasets=tuple(range(16)), d=80), restarts=2, lanczos_steps=10,
-                         options=RunOptions(progress=False, chunk_size=32))
-    assert set(TASK_COLUMNS) <= set(rows) and len(rows["alpha"]) == 32
-    assert np.all(rows["n_converged_positional"] == 2) and np.all(rows["n_converged_semantic"] == 2)
+    rows = bracket_sweep(BracketGrid(alphas=alphas, datasets=tuple(range(8)), d=80), restarts=2, lanczos_steps=10,
+                         config=TrainConfig(max_steps=300), options=RunOptions(progress=False, chunk_size=16))
+    assert set(TASK_COLUMNS) <= set(rows) and len(rows["alpha"]) == 16
+    assert np.all(np.isfinite(rows["delta_e"])) and np.all(rows["n_converged_positional"] >= 1)
+    assert np.all(rows["n_converged_semantic"] >= 1)
     # the best of the restarts is the lowest; the students sit in their subspaces
     assert np.all(rows["e_positional"] <= rows["e_worst_positional"])
     assert np.all(rows["e_semantic"] <= rows["e_half_semantic"])
@@ -341,7 +342,7 @@ def test_command_writes_and_replots_and_guards_its_files(run_cli, tmp_path):
     out.mkdir()
     (out / "other.csv").write_text("a\n1\n")          # another command's file in the same folder is left alone
     argv = ["bracket", "--ds", "60", "90", "--datasets", "3", "--alphas", "0.7", "1.25", "2.2", "--restarts", "2",
-            "--lanczos-steps", "10", "--no-progress", "--out", str(out)]
+            "--max-steps", "300", "--lanczos-steps", "10", "--no-progress", "--out", str(out)]
     code, stdout, err = run_cli(argv)
     assert code == 0, err
     for name in ("bracket_tasks.csv", "bracket.csv", "bracket_summary.json", "bracket.png"):
