@@ -202,9 +202,12 @@ def write_results(rows: dict, out: str, *, degree: int, estimator: str, rs: dict
               f"(d -> inf, {estimator}; fit chi2/dof {alpha_c['chi2_per_dof']})"
               + (f"; replica-symmetric {rs['alpha_c']:.4f} +- {rs['alpha_c_err']:.4f}" if rs else ""))
     for a in report["achieved_errors"]:
+        counts = f"{min(a['n_datasets_per_alpha'])}-{max(a['n_datasets_per_alpha'])} data sets per alpha"
+        if a["largest_delta_e_err"] is None:
+            print(f"d = {a['d']}: no standard error of Delta e_t with {counts} (two or more are needed)")
+            continue
         print(f"d = {a['d']}: standard error of Delta e_t {a['smallest_delta_e_err']:.2g} ... "
-              f"{a['largest_delta_e_err']:.2g} with {min(a['n_datasets_per_alpha'])}-{max(a['n_datasets_per_alpha'])} "
-              f"data sets per alpha (target {report['target_error']:.0e})")
+              f"{a['largest_delta_e_err']:.2g} with {counts} (target {report['target_error']:.0e})")
     return paths
 
 
