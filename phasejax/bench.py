@@ -224,8 +224,17 @@ def _fresh_process(code: str, *args: str, source: str | None = None, env: dict |
     return the JSON object its last output line holds."""
     environ = dict(os.environ, **(env or {}))
     environ["PYTHONPATH"] = (source or repository_root()) + os.pathsep + environ.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
-                         env=environ)
+    flags = []
+    if source is not None:
+        # an editable install of this checkout maps `phasejax` here whatever the path (a finder its .pth file
+        # installs): without the site hooks (-S), with the installed packages' folders on the path instead
+        import site
+
+        flags = ["-S"]
+        environ["PYTHONPATH"] += os.pathsep + os.pathsep.join(site.getsitepackages())
+    # in the checkout's folder: `python -c` puts the working directory first on the path
+    out = subprocess.run([sys.executable, *flags, "-c", code, *args], capture_output=True, text=True,
+                         timeout=timeout, env=environ, cwd=source or repository_root())
     if out.returncode != 0:
         raise RuntimeError(f"a measurement process failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

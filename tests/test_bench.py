@@ -104,3 +104,16 @@ def test_auto_chunk_rows_fills_an_accelerator_and_keeps_two_rows_on_a_cpu():
     assert auto_chunk_rows(40, 40, 2, platform="gpu", memory=14.5 * row / 0.4) == 7   # two tracks: half the rows
     with pytest.raises(ValueError, match="n_rows"):
         auto_chunk_rows(40, 0)
+
+
+def test_a_baseline_checkout_is_the_package_its_process_imports(tmp_path):
+    """`program --baseline PATH` measures PATH's phasejax, not this checkout's (which an editable install and
+    `python -c`'s working directory would otherwise put first)."""
+    pkg = tmp_path / "phasejax"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("MARK = 'baseline'\n")
+    code = "import json, phasejax; print(json.dumps(dict(file=phasejax.__file__, mark=phasejax.MARK)))"
+    got = bench._fresh_process(code, source=str(tmp_path))
+    assert got["mark"] == "baseline" and got["file"].startswith(str(tmp_path))
+    here = bench._fresh_process("import json, phasejax; print(json.dumps(dict(file=phasejax.__file__)))")
+    assert here["file"].startswith(bench.repository_root())
