@@ -1,7 +1,7 @@
 """One-step RSB of the positional branch at zero temperature against RS: training loss, test error, alpha_c.
 
     phasejax rsb                                          # omega = 0, 0.15, 0.3, 0.45; writes runs/rsb/
-    phasejax rsb --omegas 0.3 --log2-n 12 --inner-order 5
+    phasejax rsb --omegas 0.3 --log2-n 11 --inner-order 3 --ys 300 1000 3000
     phasejax rsb --out results/rsb --overwrite
 
 Per omega, at the two alphas of the replica-symmetric (RS) diagram (--rs-dir) on either side of its alpha_c, the
@@ -51,12 +51,12 @@ def add_arguments(ap) -> None:
     ap.add_argument("--rs-dir", default=os.path.join("results", "phase_diagram"),
                     help="the RS phase diagram (diagram.csv, points.csv, thresholds.csv, summary.json): its alpha "
                          "grid, its converged e_t of both branches and the starts of the solves")
-    ap.add_argument("--log2-n", type=positive_int, default=11,
+    ap.add_argument("--log2-n", type=positive_int, default=9,
                     help="Sobol points per replica of the outer rule over (xi, eta): 2**log2_n")
     ap.add_argument("--replicas", type=positive_int, default=4, help="scrambled replicas of the outer rule (>= 2)")
-    ap.add_argument("--inner-order", type=positive_int, default=3,
+    ap.add_argument("--inner-order", type=positive_int, default=2,
                     help="Gauss-Hermite nodes per token of the inner rule over z")
-    ap.add_argument("--ys", type=positive_float, nargs="+", default=[300.0, 1000.0],
+    ap.add_argument("--ys", type=positive_float, nargs="+", default=[1000.0, 3000.0],
                     help="Parisi parameters y (inverse energies per sample) of the fixed-y solves; the ground-state "
                          "solve starts from the one of highest Phi")
     ap.add_argument("--delta0", type=positive_float, default=0.003, help="start of Delta = q1 - q0 (units of q0)")
@@ -199,8 +199,8 @@ def plot_boundaries(thresholds: dict, rs: dict, bracket: dict | None, path: str)
     w_all = np.asarray(t["omega"], float)
     a_all = np.asarray(t["alpha_c"], float)
     e_all = np.asarray(t["alpha_c_err"], float)
-    fig = Figure(figsize=(10.5, 4.2))
-    ax, ax2 = fig.subplots(1, 2)
+    fig = Figure(figsize=(11.5, 4.2))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw=dict(wspace=0.32))
     ok = np.isfinite(a_all)
     ax.fill_between(w_all[ok], a_all[ok] - e_all[ok], a_all[ok] + e_all[ok], color="0.8", label="RS diagram, 95%")
     ax.plot(w_all[ok], a_all[ok], "k-", lw=1)
