@@ -81,6 +81,7 @@ def test_dense_multistart_finds_every_minimum():
         np.testing.assert_allclose(h[i], exact[np.argmin(exact_values)], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_dense_multistart_finds_both_mirror_minima_of_the_attention_prox():
     """At `omega = 0` the dot-product student's prox is even in `h` (`softmax(h h^T)` does not change under
     `h -> -h`): its minima come in mirror pairs of equal value. The dense multistart finds the pair at every
