@@ -1,6 +1,6 @@
 """Empirical bracket of alpha_c: paired ERM on the same data with the branch constrained, against 1/d.
 
-    phasejax bracket                                   # CPU preset: d = 250, 500, 1000, 4 restarts
+    phasejax bracket                                   # CPU preset: d = 250 ... 2000, 4 restarts
     phasejax bracket --preset gpu                      # d = 1000 ... 16000, 8 restarts
     phasejax bracket --ds 500 1000 --datasets 32 16 --alphas 1.2 1.3
     phasejax bracket --replot --out results/rsb --overwrite    # redo the summary and figure from the tasks
@@ -39,7 +39,7 @@ NAME = "bracket"
 HELP = "empirical alpha_c: paired constrained ERM on the same data, best of K restarts, extrapolated in 1/d"
 
 PRESETS = {
-    "cpu": dict(ds=[250, 500, 1000], datasets=[32, 16, 16], restarts=4),
+    "cpu": dict(ds=[250, 500, 1000, 2000], datasets=[32, 16, 16, 2], restarts=4),
     "gpu": dict(ds=[1000, 2000, 4000, 8000, 16000], datasets=[96, 64, 40, 24, 16], restarts=8),
 }
 """Data sets per alpha at each d. `cpu`: the committed results/rsb/bracket*; `gpu`:
@@ -54,8 +54,8 @@ ESTIMATORS = ("cv", "plain")
 
 
 def add_arguments(ap) -> None:
-    flags.add_preset(ap, "cpu: d = 250, 500, 1000 with 32, 16, 16 data sets per alpha, 4 restarts (the committed "
-                         "results); gpu: d = 1000 ... 16000 with 96 ... 16 data sets per alpha, 8 restarts")
+    flags.add_preset(ap, "cpu: d = 250, 500, 1000, 2000 with 32, 16, 16, 2 data sets per alpha, 4 restarts (the "
+                         "committed results); gpu: d = 1000 ... 16000 with 96 ... 16 data sets per alpha, 8 restarts")
     flags.add_sizes(ap, d="many", seeds=None)
     ap.add_argument("--datasets", type=positive_int, nargs="+", default=None,
                     help="data sets per alpha: one number for every d, or one per --ds (default: the preset's)")
@@ -291,6 +291,9 @@ def plot_bracket(table: dict, report: dict, rs: dict | None, path: str) -> str:
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.axhline(report["lam"], color="grey", lw=0.6, ls="--", label=r"ridge $\lambda$")
     ax.set_xscale("log")
+    sizes = sorted({h["d"] for h in report["hessian_bottom"]})
+    ax.set_xticks(sizes, [str(d) for d in sizes])
+    ax.minorticks_off()
     ax.set_xlabel(r"$d$")
     ax.set_ylabel("smallest Hessian eigenvalue (restricted)")
     ax.set_title("Bottom of the Hessian spectrum of the minima found (Lanczos)", fontsize=9)
