@@ -54,7 +54,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--log2-n", type=positive_int, default=9,
                     help="Sobol points per replica of the outer rule over (xi, eta): 2**log2_n")
     ap.add_argument("--replicas", type=positive_int, default=4, help="scrambled replicas of the outer rule (>= 2)")
-    ap.add_argument("--inner-order", type=positive_int, default=2,
+    ap.add_argument("--inner-order", type=positive_int, default=3,
                     help="Gauss-Hermite nodes per token of the inner rule over z")
     ap.add_argument("--ys", type=positive_float, nargs="+", default=[1000.0, 3000.0],
                     help="Parisi parameters y (inverse energies per sample) of the fixed-y solves; the ground-state "
