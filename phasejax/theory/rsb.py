@@ -528,7 +528,8 @@ class RSBResult:
 
 
 def _dense_check(model, u, rule, warm):
-    """Nodes whose dense multistart finds a lower minimum than the kept one: `(count, largest gap, dense minimisers)`."""
+    """Nodes whose dense multistart finds a lower minimum than the kept one: `(count, largest gap, dense
+    minimisers)`."""
     objective, derivatives = model.prox()
     node_thetas, shared, omega = model.node_problems(u, rule)
     h, value, _, _ = dense_minima(objective, derivatives, node_thetas, shared, omega, warm)

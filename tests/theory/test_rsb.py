@@ -179,7 +179,8 @@ def perceptron_fixed_y_independent(alpha, kappa, y, x0):
 @pytest.mark.slow
 def test_perceptron_rs_energy_is_gardners_closed_form():
     """By the same code path with `Delta` held at 0, the reference model's RS energy is
-    `(sqrt(alpha / alpha_G) - 1)^2 / 2` (stationarity in `V` of `-1/(2V) + alpha int Dt (kappa - t)^2 / (2 (1 + V))`)."""
+    `(sqrt(alpha / alpha_G) - 1)^2 / 2` (stationarity in `V` of
+    `-1/(2V) + alpha int Dt (kappa - t)^2 / (2 (1 + V))`)."""
     kappa = -0.5
     alpha = 1.5 * gardner_capacity(kappa)
     res = solve_perceptron_rsb(alpha, kappa, [0.0, 1.0, 1.0], mode="rs",
