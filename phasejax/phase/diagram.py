@@ -398,6 +398,13 @@ def derive_table(grid: PhaseGrid, points: Mapping[str, np.ndarray], eps_lin: np.
     return table, thresholds
 
 
+THRESHOLD_ERRORS = ("alpha_c_err and alpha_l_err are 95% errors of the replica-symmetric thresholds: the quadrature "
+                    "error of both branches' fixed points and the interpolation between grid points. They do not "
+                    "cover replica symmetry breaking (the positional branch is RS-unstable at lambda = 0.01): "
+                    "docs/replica_symmetry.md, 'The error budget of alpha_c', gives the 1RSB shift (phasejax rsb) "
+                    "and the empirical bracket (phasejax bracket).")
+"""What the thresholds' errors cover, written into a phase diagram's `summary.json`."""
+
 THRESHOLD_COLUMNS = ("omega", "alpha_c", "alpha_l", "alpha_c_err", "alpha_l_err", "alpha_c_status", "alpha_l_status",
                      "spinodal_positional", "spinodal_semantic", "end_positional", "end_semantic")
 
@@ -470,6 +477,7 @@ class PhaseDiagram(ResultBundle):
             max_relative_error=dict(
                 q=_max_rel(self.points, "q"), m=_max_rel(self.points, "m"), V=_max_rel(self.points, "V"),
                 theta=_max_rel(self.points, "theta"), train_loss_abs=_max_abs(self.points, "train_loss_err")),
+            threshold_errors=THRESHOLD_ERRORS,
         )
         return dict(points={k: pts[k] for k in first + [k for k in pts if k not in first] if k in pts},
                     table=diag, thresholds=self.thresholds, summary=summary,
