@@ -73,7 +73,7 @@ REPLOT_ALWAYS = frozenset({"replot", "out", "overwrite", "no_progress", "debug"}
 
 def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int]) -> None:
     """`UsageError` for a flag given twice, and for a flag that `--replot` does not use (a command declares what
-    its replot uses with `argtypes.add_replot`)."""
+    its replot uses with `flags.add_replot`)."""
     from phasejax.commands.argtypes import UsageError
 
     twice = sorted(flag_name(parser, d) for d, n in given.items() if n > 1)

@@ -282,15 +282,3 @@ def refuse_conflict(args, flag: str, other: str, why: str) -> None:
     b = getattr(args, other.lstrip("-").replace("-", "_"))
     if a not in (None, False, 0) and b not in (None, False, 0):
         raise UsageError(f"{flag} and {other} exclude each other: {why}")
-
-
-_MOVED = ("add_output", "default_out", "add_run_options", "add_replot", "add_progress")
-
-
-def __getattr__(name: str):
-    """The flag blocks moved to `phasejax.commands.flags`; `bench` and `depth` still import some of them here."""
-    if name in _MOVED:
-        from phasejax.commands import flags
-
-        return getattr(flags, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
