@@ -263,7 +263,7 @@ class ThreeSettings:
     seed: int = 1
 
 
-SECOND_PILOT_V = tuple(float(v) for v in np.geomspace(0.7, 0.004, 10))
+SECOND_PILOT_V = tuple(float(v) for v in np.geomspace(0.7, 0.001, 12))
 """The pilot scan of the second threshold of three layers: the first layer's `V = 1 - q`."""
 
 

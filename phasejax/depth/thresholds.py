@@ -432,7 +432,8 @@ class ThresholdSettings:
     """How `layer_thresholds` computes one skip's thresholds (all static).
 
     `target`: the Monte Carlo standard error aimed at for each threshold; the draws start at `draws_first`,
-    `draws_second` and are raised once, in proportion to the squared error ratio, up to `max_draws`.
+    `draws_second` and are raised in proportion to the squared error ratio (the second threshold's up to `RAISES`
+    times, until its error is below the target), up to `max_draws`.
     `step`: the grid rule's step (`grid_rule`); its error is measured against `step / 2` on `rule_draws` draws.
     `check_order`: the Gauss-Hermite mixture (`rule_for`) that recomputes both thresholds on `check_draws` draws
     (paired), raised like the others until the paired difference's error is below `target / 2`.
@@ -482,6 +483,10 @@ class LayerThresholds:
         return float(s.alpha), float(np.sqrt(s.alpha_mc**2 + s.alpha_interp**2 + self.second_grid.difference**2))
 
 
+RAISES = 3
+"""How many times `layer_thresholds` raises the draws of a threshold whose Monte Carlo error is above the target."""
+
+
 def _more(n, err, target, cap, block=256):
     """The draws that bring a standard error `err` at `n` draws to `target` (10% margin), capped, in blocks."""
     if not np.isfinite(err) or err <= target or n >= cap:
@@ -506,9 +511,12 @@ def layer_thresholds(skip, settings: ThresholdSettings = ThresholdSettings()) ->
     pilot_rule = grid_rule(st.pilot_step)
     n = st.draws_second
     second = second_threshold(skip, layer, se_draws(n, st.seed + 2), grid, pilot_draws=pilot, pilot_rule=pilot_rule)
-    n_more = _more(n, float(second.alpha_mc), st.target, st.max_draws)
-    if n_more > n:
-        second = second_threshold(skip, layer, se_draws(n_more, st.seed + 2), grid, pilot_draws=pilot,
+    for _ in range(RAISES):  # the jackknife error is itself an estimate: raise until it is below the target
+        n_more = _more(n, float(second.alpha_mc), st.target, st.max_draws)
+        if n_more <= n:
+            break
+        n = n_more
+        second = second_threshold(skip, layer, se_draws(n, st.seed + 2), grid, pilot_draws=pilot,
                                   pilot_rule=pilot_rule)
     rule_draws = se_draws(st.rule_draws, st.seed + 3)
     first_grid = check_first(skip, layer, rule_draws, grid, fine)
