@@ -1,9 +1,9 @@
-"""Two replicas: pairs of tied students trained on the same data from two inits of one branch; q12 / q against 1/d.
+"""Two replicas: tied students trained on the same data from two inits of one branch; the distribution of q12 / q.
 
     phasejax replicas                                  # CPU preset: d = 250, 500, 1000, 6 seeds
     phasejax replicas --preset gpu                     # d = 500 ... 8000, 64 seeds
     phasejax replicas --ds 4000 --seeds 16 --alphas 1.5 --lams 0.01 --branches positional
-    phasejax replicas --replot                         # redo summary and figure from <out>/two_replicas.csv
+    phasejax replicas --replot                         # redo summary and figures from <out>/two_replicas.csv
     phasejax replicas --replot --merge DIR --out OUT --overwrite   # add DIR's pairs (another d) to OUT's
 
 Each pair (`phasejax.empirics.replicas.replica_pair`): one data set per seed, two inits of the branch (the
@@ -11,12 +11,14 @@ branch init plus noise as large as the init, so the replicas start at `q12 / q ~
 gradient tolerance, the mutual overlap `q12` modulo `Q -> -Q`, the smallest Hessian eigenvalue (Lanczos),
 and a continuation run of `--long-steps` more steps. The replica-symmetric theory predicts
 `q12 / q -> 1` as `d -> inf`. Writes --out (default runs/replicas/): two_replicas.csv (one row per pair,
-`phasejax.empirics.replicas.PAIR_COLUMNS`), summary.csv (per `(alpha, lambda, branch, d)`: pair counts, means
-and standard errors over the pairs whose replicas stayed in the branch, less those with `q12 / q` undefined
-(`q = 0` or a diverged replica), counted in `n_dropped` and printed), summary.json (the same with the totals
-`n_pairs_dropped`, `n_pairs_dropped_long_run`, `n_pairs_averaged`, the
-`d -> inf` extrapolations (`a + b / d`) of `1 - q12 / q` and of the smallest Hessian eigenvalue, and the state
-evolution's `q`, `m`, `theta`), q12_over_q.png.
+`phasejax.empirics.replicas.PAIR_COLUMNS`), summary.csv (per `(alpha, lambda, branch, d)`, over the pairs whose
+replicas stayed in the branch less those with `q12 / q` undefined (`q = 0` or a diverged replica, counted in
+`n_dropped` and printed): the distribution of `q12 / q` (quantiles, the fraction of pairs that meet), its slope
+on the initial overlap, the Hessian verdicts (minimum, saddle, undecided) and means with standard errors),
+summary.json (the same; per `(alpha, lambda, branch)` over the sizes: the within-size slopes on the initial
+overlap, the verdict counts, the mean smallest Hessian eigenvalue fitted against `1 / d` and against
+`1 / sqrt(d)` with `chi^2 / dof` and inflated errors, the state evolution's `q`, `m`, `theta`; the pairs that
+are not a minimum; the totals), q12_over_q_ecdf.png and q12_over_q_vs_init.png.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from phasejax.commands.argtypes import (
 )
 
 NAME = "replicas"
-HELP = "two students on the same data from two inits of one branch: mutual overlap q12 / q against 1/d"
+HELP = "two students on the same data from two inits of one branch: the distribution of q12 / q"
 
 PRESETS = {
     "cpu": dict(ds=[250, 500, 1000], seeds=6, long_steps=2000),
@@ -57,7 +59,7 @@ def add_arguments(ap) -> None:
                     help="continuation steps at gtol / 100 after convergence (0: none; default: the preset's)")
     flags.add_leave_out(ap, {"se": "the state-evolution values in summary.json"})
     flags.add_dtype(ap)
-    flags.add_replot(ap, "only redo summary.csv, summary.json and q12_over_q.png from <out>/two_replicas.csv",
+    flags.add_replot(ap, "only redo summary.csv, summary.json and the figures from <out>/two_replicas.csv",
                      uses=("merge", "no_se", "sigma"))
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="with --replot: first add the pairs of DIR/two_replicas.csv (other sizes or seeds; a pair "
@@ -150,101 +152,202 @@ def state_evolution_values(groups, sigma: float) -> dict:
     return out
 
 
+FIGURES = ("q12_over_q_ecdf.png", "q12_over_q_vs_init.png")
+"""The command's figures: the distribution of `q12 / q` per size, and `q12 / q` against the initial overlap."""
+
+
 def summarize(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str]:
-    """summary.csv, summary.json (with `1 - q12/q` extrapolated to `d -> inf`) and q12_over_q.png."""
+    """summary.csv (per `(alpha, lambda, branch, d)`), summary.json (the same, per point over the sizes, the pairs
+    that are not a minimum, totals) and the `FIGURES`."""
     import numpy as np
 
-    from phasejax.empirics.replicas import REPLICA_BRANCHES, extrapolate_in_d, summarize_pairs
+    from phasejax.empirics.bracket import weighted_polyfit
+    from phasejax.empirics.replicas import (
+        HESSIAN_SIGMAS, REPLICA_BRANCHES, hessian_verdict, summarize_pairs, summarize_points,
+    )
     from phasejax.io import atomic_write_json, write_csv
 
     table = summarize_pairs(pairs)
     names = dict(table)
     names["branch"] = np.asarray(REPLICA_BRANCHES)[table["branch"]]
     paths = [write_csv(os.path.join(out, "summary.csv"), _with_lambda(names))]
-    limits = []
-    keys = sorted({(a, w, lam, b) for a, w, lam, b in zip(table["alpha"], table["omega"], table["lam"],
-                                                           table["branch"])})
-    for a, w, lam, b in keys:
+    per_point = summarize_points(pairs)
+    points = []
+    for i in range(len(per_point["alpha"])):
+        row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in per_point.items()}
+        a, w, lam, b = (row[k] for k in ("alpha", "omega", "lam", "branch"))
+        row["branch"] = REPLICA_BRANCHES[int(b)]
         sel = (table["alpha"] == a) & (table["omega"] == w) & (table["lam"] == lam) & (table["branch"] == b)
-        rows = dict(alpha=a, omega=w, lam=lam, branch=REPLICA_BRANCHES[int(b)])
-        for key, label, sign in (("q12_over_q", "one_minus_q12_over_q", -1.0),
-                                 ("long_run_q12_over_q", "long_run_one_minus_q12_over_q", -1.0),
-                                 ("hessian_min_eig", "hessian_min_eig", 1.0)):
-            value = table[key][sel] if sign > 0 else 1.0 - table[key][sel]
-            c, c_err, slope, slope_err = extrapolate_in_d(table["d"][sel], value, table[key + "_err"][sel])
-            rows[label + "_at_infinite_d"] = c
-            rows[label + "_at_infinite_d_err"] = c_err
-            rows[label + "_slope_in_1_over_d"] = slope
-            rows[label + "_slope_in_1_over_d_err"] = slope_err
+        # the mean smallest Hessian eigenvalue against 1 / d and against 1 / sqrt(d) (two laws the sizes may not
+        # tell apart), errors inflated by sqrt(chi^2 / dof) when above 1
+        d, h, h_err = table["d"][sel].astype(float), table["hessian_min_eig"][sel], table["hessian_min_eig_err"][sel]
+        for label, x in (("1_over_d", 1.0 / d), ("1_over_sqrt_d", 1.0 / np.sqrt(d))):
+            try:
+                fit = weighted_polyfit(x, h, h_err)
+            except ValueError:
+                continue
+            row.update({f"hessian_min_eig_fit_{label}": dict(
+                at_infinite_d=float(fit.coef[0]), at_infinite_d_err=float(fit.errors[0]), slope=float(fit.coef[1]),
+                slope_err=float(fit.errors[1]), chi2_per_dof=fit.chi2_per_dof, dof=fit.dof, error_scale=fit.scale)})
         if se is not None and (a, w, lam, b) in se:
-            rows.update(zip(("se_q", "se_m", "se_theta", "se_status"), se[(a, w, lam, b)]))
-        limits.append(rows)
-    dropped = dict(n_pairs_dropped=int(np.sum(table["n_dropped"])),
-                   n_pairs_dropped_long_run=int(np.sum(table["n_dropped_long_run"])),
-                   n_pairs_averaged=int(np.sum(table["n_same_branch"]) - np.sum(table["n_dropped"])))
-    print(f"averages over {dropped['n_pairs_averaged']} pairs that stayed in their branch; dropped "
-          f"{dropped['n_pairs_dropped']} with q12 / q undefined (q = 0 or a diverged replica) and, from the "
-          f"continuation averages, {dropped['n_pairs_dropped_long_run']} more (summary.csv: n_dropped, "
-          f"n_dropped_long_run)", flush=True)
+            row.update(zip(("se_q", "se_m", "se_theta", "se_status"), se[(a, w, lam, b)]))
+        points.append(row)
+    verdicts = hessian_verdict(pairs["hessian_min_eig"], np.abs(np.asarray(pairs["hessian_min_eig_error"], float)))
+    analysed = np.asarray(pairs["same_branch"]).astype(bool) & np.isfinite(np.asarray(pairs["q12_over_q"], float))
+    not_minimum = [dict(alpha=float(pairs["alpha"][i]), lam=float(pairs["lam"][i]),
+                        branch=REPLICA_BRANCHES[int(pairs["branch"][i])], d=int(pairs["d"][i]),
+                        seed=int(pairs["seed"][i]), hessian_min_eig=float(pairs["hessian_min_eig"][i]),
+                        hessian_min_eig_error=float(pairs["hessian_min_eig_error"][i]), verdict=str(verdicts[i]),
+                        q12_over_q=float(pairs["q12_over_q"][i]))
+                   for i in np.flatnonzero(analysed & (verdicts != "minimum"))]
+    totals = dict(n_pairs_dropped=int(np.sum(table["n_dropped"])),
+                  n_pairs_dropped_long_run=int(np.sum(table["n_dropped_long_run"])),
+                  n_pairs_averaged=int(np.sum(table["n"])),
+                  **{f"n_pairs_{v}": int(np.sum(table[f"n_{v}"])) for v in ("minimum", "saddle", "undecided")})
+    print(f"analysed {totals['n_pairs_averaged']} pairs that stayed in their branch; dropped "
+          f"{totals['n_pairs_dropped']} with q12 / q undefined (q = 0 or a diverged replica) and, from the "
+          f"continuation averages, {totals['n_pairs_dropped_long_run']} more (summary.csv: n_dropped, "
+          f"n_dropped_long_run); Hessian: {totals['n_pairs_minimum']} minima, {totals['n_pairs_saddle']} saddles, "
+          f"{totals['n_pairs_undecided']} undecided", flush=True)
     paths.append(atomic_write_json(os.path.join(out, "summary.json"), dict(
-        groups={k: np.asarray(v).tolist() for k, v in names.items()}, limits=limits, **dropped, **meta)))
-    paths.append(plot_q12_over_q(table, os.path.join(out, "q12_over_q.png")))
+        groups={k: np.asarray(v).tolist() for k, v in names.items()}, points=points,
+        hessian_not_minimum=not_minimum, hessian_sigmas=HESSIAN_SIGMAS, **totals, **meta)))
+    paths.append(plot_overlap_ecdf(pairs, os.path.join(out, FIGURES[0])))
+    paths.append(plot_overlap_vs_init(pairs, per_point, os.path.join(out, FIGURES[1])))
     return paths
 
 
-def plot_q12_over_q(table: dict, path: str) -> str:
-    """`q12 / q` (filled, after training; open, after the continuation run) against `1 / d`, one panel per
-    `(alpha, lambda)`, one colour per branch, error bars one standard error over pairs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _panels(pairs: dict):
+    """`(alpha, lam, branch, mask)` of the points with analysed pairs (both replicas in the branch, `q12 / q`
+    defined), and the labels of those without."""
     import numpy as np
 
     from phasejax.empirics.replicas import REPLICA_BRANCHES
 
-    alphas, lams = np.unique(table["alpha"]), np.unique(table["lam"])
-    fig, axes = plt.subplots(len(alphas), len(lams), figsize=(4.2 * len(lams), 3.2 * len(alphas)), squeeze=False,
-                             sharex=True)
-    colours = {0: "tab:blue", 1: "tab:orange"}
-    for i, a in enumerate(alphas):
-        for j, lam in enumerate(lams):
-            ax = axes[i, j]
-            ax.axhline(1.0, color="k", lw=0.8, ls="--")
-            lowest = 0.9
-            for b in np.unique(table["branch"]):
-                sel = (table["alpha"] == a) & (table["lam"] == lam) & (table["branch"] == b) & \
-                      np.isfinite(table["q12_over_q"])
-                if not sel.any():
-                    continue
-                x = 1.0 / table["d"][sel]
-                n = table["n_same_branch"][sel]
-                y, e = table["q12_over_q"][sel], np.nan_to_num(table["q12_over_q_err"][sel])
-                lowest = min(lowest, float(np.min(y - e)))
-                ax.errorbar(x, y, e, marker="o", capsize=3, color=colours[int(b)],
-                            label=f"{REPLICA_BRANCHES[int(b)]} ({int(n.min())}-{int(n.max())} pairs)")
-                ax.errorbar(x * 1.04, table["long_run_q12_over_q"][sel],
-                            np.nan_to_num(table["long_run_q12_over_q_err"][sel]), marker="o", mfc="none", ls=":",
-                            capsize=2, color=colours[int(b)])
-            ax.set_title(rf"$\alpha={a:g}$, $\lambda={lam:g}$", fontsize=10)
-            ax.set_xlim(left=0)
-            ax.set_ylim(lowest - 0.02, 1.02)
-            ax.ticklabel_format(axis="y", useOffset=False)
-            if i == len(alphas) - 1:
-                ax.set_xlabel(r"$1/d$")
-            if j == 0:
-                ax.set_ylabel(r"$q_{12}/q$")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7, loc="best")
-            else:
-                ax.text(0.5, 0.5, "no pair stayed in its branch\n(here the minimiser is Q = 0)", ha="center",
-                        va="center", transform=ax.transAxes, fontsize=8)
-    fig.suptitle(r"Two replicas on the same data: $q_{12}/q$ (filled: trained; open: after the continuation run)",
-                 fontsize=9)
+    ratio = np.asarray(pairs["q12_over_q"], float)
+    analysed = np.asarray(pairs["same_branch"]).astype(bool) & np.isfinite(ratio)
+    keys = sorted({(float(a), float(lam), int(b)) for a, lam, b in zip(pairs["alpha"], pairs["lam"],
+                                                                       pairs["branch"])})
+    full, empty = [], []
+    for a, lam, b in keys:
+        sel = np.isclose(pairs["alpha"], a) & np.isclose(pairs["lam"], lam) & (np.asarray(pairs["branch"]) == b)
+        if np.any(sel & analysed):
+            full.append((a, lam, b, sel & analysed))
+        else:
+            empty.append(rf"$\alpha={a:g}$, $\lambda={lam:g}$, {REPLICA_BRANCHES[b]}")
+    return full, empty
+
+
+def _figure(n_panels: int):
+    from matplotlib.figure import Figure
+
+    ncols = min(3, max(1, n_panels))
+    nrows = -(-max(1, n_panels) // ncols)
+    fig = Figure(figsize=(4.3 * ncols, 3.3 * nrows))
+    return fig, fig.subplots(nrows, ncols, squeeze=False).ravel()
+
+
+def _size_colours(ds):
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return {d: cmap(i / max(1, len(ds) - 1) * 0.9) for i, d in enumerate(ds)}
+
+
+def _empty_note(ax, empty: list) -> None:
+    ax.axis("off")
+    if empty:
+        ax.text(0.02, 0.25, "no pair stayed in its branch at\n" + "\n".join(empty), ha="left", va="center",
+                transform=ax.transAxes, fontsize=8)
+
+
+def plot_overlap_ecdf(pairs: dict, path: str) -> str:
+    """The empirical distribution function of `q12 / q`, one panel per `(alpha, lambda, branch)`, one curve per
+    `d`; pairs that meet (`q12 / q > 1 - MEET_TOLERANCE`) are the jump at 1 (their fraction in the legend)."""
+    import numpy as np
+
+    from phasejax.empirics.replicas import MEET_TOLERANCE, REPLICA_BRANCHES
+    from phasejax.plotting import save_figure
+
+    full, empty = _panels(pairs)
+    fig, axes = _figure(len(full) + (1 if empty else 0))
+    ratio, d = np.asarray(pairs["q12_over_q"], float), np.asarray(pairs["d"]).astype(int)
+    colours = _size_colours(sorted(set(d.tolist())))
+    for ax, (a, lam, b, sel) in zip(axes, full):
+        lowest = 1.0
+        for size in sorted(set(d[sel].tolist())):
+            r = np.sort(np.minimum(ratio[sel & (d == size)], 1.0))
+            meet = np.mean(r > 1.0 - MEET_TOLERANCE)
+            x = np.concatenate([[r[0]], r, [1.0]])
+            y = np.concatenate([[0.0], np.arange(1, r.size + 1) / r.size, [1.0]])
+            ax.step(x, y, where="post", color=colours[size], lw=1.4,
+                    label=f"d = {size}: {r.size} pairs, {meet:.0%} meet")
+            lowest = min(lowest, float(r[0]))
+        ax.axvline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xlim(min(lowest, 0.98) - 0.02, 1.005)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(rf"$\alpha={a:g}$, $\lambda={lam:g}$, {REPLICA_BRANCHES[b]}", fontsize=10)
+        ax.set_xlabel(r"$x = q_{12}/q$")
+        ax.set_ylabel(r"fraction of pairs with $q_{12}/q \leq x$")
+        ax.legend(fontsize=6.5, loc="upper left")
+    for ax in axes[len(full):]:
+        _empty_note(ax, empty)
+        empty = []
+    fig.suptitle(r"Two replicas on the same data: distribution of $q_{12}/q$ per size (pairs that meet: the jump "
+                 r"at 1)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
+
+
+def plot_overlap_vs_init(pairs: dict, per_point: dict, path: str) -> str:
+    """`q12 / q` after training against `q12 / q` at the inits, one panel per `(alpha, lambda, branch)`, colour
+    by `d`, marker by the Hessian verdict; the within-size slope (`summarize_points`) in the title."""
+    import numpy as np
+
+    from phasejax.empirics.replicas import REPLICA_BRANCHES, hessian_verdict
+    from phasejax.plotting import save_figure
+
+    full, empty = _panels(pairs)
+    fig, axes = _figure(len(full) + (1 if empty else 0))
+    ratio, init = np.asarray(pairs["q12_over_q"], float), np.asarray(pairs["init_q12_over_q"], float)
+    d = np.asarray(pairs["d"]).astype(int)
+    verdicts = hessian_verdict(pairs["hessian_min_eig"], np.abs(np.asarray(pairs["hessian_min_eig_error"], float)))
+    colours = _size_colours(sorted(set(d.tolist())))
+    markers = dict(minimum="o", saddle="x", undecided="^")
+    for ax, (a, lam, b, sel) in zip(axes, full):
+        for size in sorted(set(d[sel].tolist())):
+            label = f"d = {size}"
+            for v, mk in markers.items():
+                s = sel & (d == size) & (verdicts == v)
+                if s.any():
+                    ax.scatter(init[s], ratio[s], s=18 if v == "minimum" else 34, marker=mk, color=colours[size],
+                               label=label, alpha=0.85)
+                    label = None
+        ax.set_ylim(min(float(np.min(ratio[sel])) - 0.01, 0.98), 1.005)
+        k = int(np.flatnonzero(np.isclose(per_point["alpha"], a) & np.isclose(per_point["lam"], lam)
+                               & (per_point["branch"] == b))[0])
+        ax.set_title(rf"$\alpha={a:g}$, $\lambda={lam:g}$, {REPLICA_BRANCHES[b]}: slope "
+                     f"{per_point['init_slope'][k]:.2f} +- {per_point['init_slope_err'][k]:.2f}", fontsize=9)
+        ax.set_xlabel(r"$q_{12}/q$ at the inits")
+        ax.set_ylabel(r"$q_{12}/q$ trained")
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.ticklabel_format(axis="y", useOffset=False)
+    # one legend for every panel (sizes by colour, verdicts by marker): in the spare panel, else the first one
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=f"d = {size}") for size, c in colours.items()]
+    handles += [Line2D([], [], ls="", marker=mk, color="0.4", label=f"Hessian: {v}") for v, mk in markers.items()]
+    if len(axes) > len(full):
+        _empty_note(axes[len(full)], empty)
+        axes[len(full)].legend(handles=handles, fontsize=7, loc="upper left", ncol=2)
+        for ax in axes[len(full) + 1:]:
+            ax.axis("off")
+    else:
+        axes[0].legend(handles=handles, fontsize=6.5, loc="best", ncol=2)
+    fig.suptitle("Two replicas: final against initial overlap (o minimum, x saddle, ^ undecided by the Hessian's "
+                 "bottom against 2 error bounds; slope within sizes, +- one standard error)", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def run(args) -> int:

@@ -23,6 +23,10 @@ closes with `d` is a finite-size effect.
   Hessian eigenvalue, a much longer continuation run); pure in its array
   arguments, vmapped over pairs by `replica_sweep`, which runs the task table
   through `phasejax.sweep.run_chunked` (resumable chunks).
+* The analysis of a pair table, numpy only: `overlap_distribution` (quantiles of `q12 / q`, the fraction of
+  pairs that meet), `initial_overlap_slope` (does the final overlap remember the initial one?),
+  `hessian_verdict` (minimum, saddle or undecided, by the smallest Hessian eigenvalue against its error);
+  `summarize_pairs` per `(alpha, omega, lam, branch, d)`, `summarize_points` over the sizes together.
 
 The data of a pair are those of `phasejax.empirics.train_students` for the
 same seed (`generate_data(run_keys(seed)["data"], ...)`); the replicas' keys
@@ -407,43 +411,175 @@ def replica_sweep(grid: ReplicaGrid, params: TiedAttentionParams | None = None, 
     return pairs
 
 
+MEET_TOLERANCE = 1e-6
+"""Two replicas *meet* when `q12 / q > 1 - MEET_TOLERANCE`: at one minimum to the training tolerance (a pair
+stopped at RMS gradient `1e-6` with curvature `>= lambda` is within `1 - q12 / q ~ 1e-8` of it; float32
+rounding of `q12 / q` is `~ 1e-7`)."""
+
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+"""Quantiles of `q12 / q` reported per group (`overlap_distribution`), besides the minimum and maximum."""
+
+HESSIAN_VERDICTS = ("minimum", "saddle", "undecided")
+"""What the smallest Hessian eigenvalue says about a stopping point (`hessian_verdict`)."""
+
+HESSIAN_SIGMAS = 2.0
+"""Default margin of `hessian_verdict`, in units of the eigenvalue's error bound."""
+
 SUMMARY_KEYS = ("q", "q12", "q12_over_q", "distance", "m", "theta", "train_loss", "loss_gap", "grad_norm",
-                "hessian_min_eig", "long_run_q12_over_q", "long_run_drift", "same_minimum")
-"""Per-group statistics of `summarize_pairs`: means and standard errors (`<key>`, `<key>_err`) over the pairs
-whose replicas both ended in the group's branch and whose `q12 / q` is defined. `train_loss` is the replicas'
-mean `R / d`, `loss_gap` `|R_1 - R_2| / d`, `same_minimum` the fraction of pairs with `distance < 1e-4 q` (the
-two replicas at one minimum to the training tolerance)."""
+                "hessian_min_eig", "long_run_q12_over_q", "long_run_drift")
+"""Per-group means and standard errors of `summarize_pairs` (`<key>`, `<key>_err`) over the pairs whose
+replicas both ended in the group's branch and whose `q12 / q` is defined. `train_loss` is the replicas' mean
+`R / d`, `loss_gap` `|R_1 - R_2| / d`. (`q12 / q` is not one number per group: its distribution is in
+`DISTRIBUTION_KEYS`.)"""
 
 LONG_RUN_KEYS = ("long_run_q12_over_q", "long_run_drift")
 """Statistics of the continuation run: averaged over the pairs whose continuation `q12 / q` is defined too
 (none when `long_steps = 0`: NaN)."""
 
 
-def summarize_pairs(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One row per `(alpha, omega, lam, branch, d)`: pair counts and `SUMMARY_KEYS` means +- standard errors.
+def _quantile_name(p: float) -> str:
+    return f"q12_over_q_p{round(100 * p):02d}"
 
-    Averages run over the pairs whose replicas both stayed in the branch (`n_same_branch`) less those whose
-    `q12 / q` is undefined (`q <= 0` or a non-finite `q`, `q12`, `q12 / q`: a replica at `Q = 0` or diverged),
-    which are dropped from every average and counted in `n_dropped`; `LONG_RUN_KEYS` also drop the pairs whose
-    continuation `q12 / q` is undefined (`n_dropped_long_run`; every pair when there was no continuation run).
-    A NaN left in any other key of an averaged pair makes that mean NaN (nothing else is dropped).
+
+DISTRIBUTION_KEYS = ("q12_over_q_min",) + tuple(_quantile_name(p) for p in QUANTILES) + (
+    "q12_over_q_max", "n_meet", "meet_fraction", "apart_median")
+"""Keys of `overlap_distribution` besides `n`: quantiles of `q12 / q` (`p10` ... `p90`, numpy's linear
+interpolation between order statistics), the number and fraction of pairs that meet, and the median
+`q12 / q` of the pairs that do not (NaN when every pair meets)."""
+
+
+def overlap_distribution(ratios, *, meet_tol: float = MEET_TOLERANCE,
+                         quantiles: tuple[float, ...] = QUANTILES) -> dict[str, float]:
+    """The distribution of `q12 / q` over the pairs of one group: `ratios (n,)`, finite.
+
+    Returns `n`, `q12_over_q_min`, `q12_over_q_p<100 p>` for each `p` in `quantiles` (numpy's default linear
+    interpolation between order statistics), `q12_over_q_max`, `n_meet` and `meet_fraction` (pairs with
+    `q12 / q > 1 - meet_tol`) and `apart_median` (median over the pairs that do not meet; NaN when none).
+    With no pair every value is NaN and the counts 0.
     """
-    keys = ("alpha", "omega", "lam", "branch", "d")
-    cols = {k: np.asarray(pairs[k]) for k in keys}
-    groups = sorted({tuple(float(cols[k][i]) for k in keys) for i in range(len(cols["alpha"]))})
-    derived = dict(train_loss=0.5 * (np.asarray(pairs["train_loss_1"]) + np.asarray(pairs["train_loss_2"])),
-                   loss_gap=np.abs(np.asarray(pairs["train_loss_1"]) - np.asarray(pairs["train_loss_2"])),
-                   same_minimum=(np.asarray(pairs["distance"]) < 1e-4 * np.asarray(pairs["q"])).astype(float))
+    r = np.asarray(ratios, float)
+    if r.ndim != 1:
+        raise ValueError(f"ratios must be one-dimensional, got shape {r.shape}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("ratios must be finite (drop the pairs whose q12 / q is undefined first)")
+    if not (np.isfinite(meet_tol) and 0.0 < meet_tol < 1.0):
+        raise ValueError(f"meet_tol must lie in (0, 1), got meet_tol={meet_tol!r}")
+    qs = np.asarray(quantiles, float)
+    if qs.ndim != 1 or not np.all((qs >= 0) & (qs <= 1)):
+        raise ValueError(f"quantiles must be numbers in [0, 1], got quantiles={quantiles!r}")
+    nan = float("nan")
+    out = dict(n=int(r.size), q12_over_q_min=float(r.min()) if r.size else nan)
+    for p, v in zip(qs, np.quantile(r, qs) if r.size else np.full(qs.size, nan)):
+        out[_quantile_name(float(p))] = float(v)
+    meet = r > 1.0 - meet_tol
+    out.update(q12_over_q_max=float(r.max()) if r.size else nan, n_meet=int(meet.sum()),
+               meet_fraction=float(meet.mean()) if r.size else nan,
+               apart_median=float(np.median(r[~meet])) if (~meet).any() else nan)
+    return out
+
+
+def initial_overlap_slope(init, final, strata=None) -> dict[str, float]:
+    """Does the final overlap remember the initial one? Ordinary least squares `final = c_s + slope * init`.
+
+    Args:
+      init, final: `(n,)` per pair (`init_q12_over_q`, and `q12_over_q` or any per-pair quantity, e.g. a 0/1
+        "the pair meets").
+      strata: `(n,)` labels (e.g. `d`) with one intercept `c_s` each, so the slope is measured within strata
+        (a size's mean does not pass for a dependence on `init`); `None`: one intercept.
+    Returns `slope`, `slope_err` (its standard error, `sqrt(s^2 / S_xx)` with `s^2` the residual variance on
+    `dof = n - n_strata - 1` degrees of freedom), `n` and `dof`; NaN slope when `init` does not vary within a
+    stratum, NaN error when `dof < 1`.
+    """
+    x, y = np.asarray(init, float), np.asarray(final, float)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"init and final must be one-dimensional of one length, got shapes {x.shape}, {y.shape}")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("init and final must be finite")
+    labels = np.zeros(x.size) if strata is None else np.asarray(strata)
+    if labels.shape != x.shape:
+        raise ValueError(f"strata must have one label per pair, got shape {labels.shape} for {x.size} pairs")
+    xd, yd = x.copy(), y.copy()
+    levels = np.unique(labels)
+    for s in levels:
+        sel = labels == s
+        xd[sel] -= x[sel].mean()
+        yd[sel] -= y[sel].mean()
+    sxx = float(np.sum(xd**2))
+    dof = int(x.size - levels.size - 1)
+    nan = float("nan")
+    if sxx <= 0.0:
+        return dict(slope=nan, slope_err=nan, n=int(x.size), dof=dof)
+    slope = float(np.sum(xd * yd) / sxx)
+    err = float(np.sqrt(np.sum((yd - slope * xd) ** 2) / dof / sxx)) if dof >= 1 else nan
+    return dict(slope=slope, slope_err=err, n=int(x.size), dof=dof)
+
+
+def hessian_verdict(eig, error, n_sigma: float = HESSIAN_SIGMAS) -> np.ndarray:
+    """`'minimum'` where `eig > n_sigma * error`, `'saddle'` where `eig < -n_sigma * error`, else `'undecided'`.
+
+    `eig, error`: the smallest Hessian eigenvalue of a stopping point and its error bound (`hessian_min_eig`,
+    `hessian_min_eig_error`: the Lanczos Ritz residual), any shape; a NaN eigenvalue is undecided. Returns
+    strings from `HESSIAN_VERDICTS`, the shape of `eig`.
+    """
+    e, err = np.asarray(eig, float), np.asarray(error, float)
+    if not (np.isfinite(n_sigma) and n_sigma > 0):
+        raise ValueError(f"n_sigma must be a finite number > 0, got n_sigma={n_sigma!r}")
+    if np.any(err < 0):
+        raise ValueError("error must be >= 0 (an error bound)")
+    e, err = np.broadcast_arrays(e, err)
+    out = np.full(e.shape, "undecided", dtype=object)
+    out[e > n_sigma * err] = "minimum"
+    out[e < -n_sigma * err] = "saddle"
+    return out.astype(str)
+
+
+def _analysed(pairs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks over pairs: both replicas in the pair's branch; `q12 / q` defined; its continuation `q12 / q`
+    defined."""
     q, q12, ratio = (np.asarray(pairs[k], float) for k in ("q", "q12", "q12_over_q"))
     defined = np.isfinite(q) & np.isfinite(q12) & np.isfinite(ratio) & (q > 0)
-    long_defined = np.isfinite(np.asarray(pairs["long_run_q12_over_q"], float))
+    return (np.asarray(pairs["same_branch"]).astype(bool), defined,
+            np.isfinite(np.asarray(pairs["long_run_q12_over_q"], float)))
+
+
+def _groups(pairs: dict[str, np.ndarray], keys: tuple[str, ...]):
+    """`(values, mask)` per distinct value of the columns `keys`, sorted."""
+    cols = {k: np.asarray(pairs[k]).astype(float) for k in keys}
+    groups = sorted({tuple(float(cols[k][i]) for k in keys) for i in range(len(cols[keys[0]]))})
+    return [(g, np.all([np.isclose(cols[k], v) for k, v in zip(keys, g)], axis=0)) for g in groups]
+
+
+def _verdict_counts(verdicts: np.ndarray) -> dict[str, int]:
+    return {f"n_{v}": int(np.sum(verdicts == v)) for v in HESSIAN_VERDICTS}
+
+
+def summarize_pairs(pairs: dict[str, np.ndarray], *, n_sigma: float = HESSIAN_SIGMAS) -> dict[str, np.ndarray]:
+    """One row per `(alpha, omega, lam, branch, d)`: pair counts, the distribution of `q12 / q`
+    (`overlap_distribution`), its slope on the initial overlap (`initial_overlap_slope`: `init_slope`,
+    `init_slope_err`), the Hessian verdicts (`hessian_verdict`: `n_minimum`, `n_saddle`, `n_undecided`) and
+    `SUMMARY_KEYS` means +- standard errors.
+
+    Everything runs over the pairs whose replicas both stayed in the branch (`n_same_branch`) less those whose
+    `q12 / q` is undefined (`q <= 0` or a non-finite `q`, `q12`, `q12 / q`: a replica at `Q = 0` or diverged),
+    which are dropped and counted in `n_dropped`; `LONG_RUN_KEYS` also drop the pairs whose continuation
+    `q12 / q` is undefined (`n_dropped_long_run`; every pair when there was no continuation run). A NaN left in
+    any other key of an analysed pair makes that mean NaN (nothing else is dropped).
+    """
+    keys = ("alpha", "omega", "lam", "branch", "d")
+    in_branch_all, defined, long_defined = _analysed(pairs)
+    derived = dict(train_loss=0.5 * (np.asarray(pairs["train_loss_1"]) + np.asarray(pairs["train_loss_2"])),
+                   loss_gap=np.abs(np.asarray(pairs["train_loss_1"]) - np.asarray(pairs["train_loss_2"])))
+    verdicts = hessian_verdict(pairs["hessian_min_eig"], np.abs(np.asarray(pairs["hessian_min_eig_error"], float)),
+                               n_sigma)
+    ratio, init = np.asarray(pairs["q12_over_q"], float), np.asarray(pairs["init_q12_over_q"], float)
     out: dict[str, list] = {k: [] for k in keys}
-    out.update(n_pairs=[], n_same_branch=[], n_converged=[], n_dropped=[], n_dropped_long_run=[])
+    out.update(n_pairs=[], n_same_branch=[], n_converged=[], n_dropped=[], n_dropped_long_run=[], n=[])
+    for k in DISTRIBUTION_KEYS + ("init_slope", "init_slope_err") + tuple(f"n_{v}" for v in HESSIAN_VERDICTS):
+        out[k] = []
     for k in SUMMARY_KEYS:
         out[k], out[k + "_err"] = [], []
-    for g in groups:
-        sel = np.all([np.isclose(cols[k].astype(float), v) for k, v in zip(keys, g)], axis=0)
-        in_branch = sel & np.asarray(pairs["same_branch"]).astype(bool)
+    for g, sel in _groups(pairs, keys):
+        in_branch = sel & in_branch_all
         kept = in_branch & defined
         kept_long = kept & long_defined
         for k, v in zip(keys, g):
@@ -453,26 +589,66 @@ def summarize_pairs(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out["n_converged"].append(int(np.sum(np.asarray(pairs["converged"]).astype(bool) & in_branch)))
         out["n_dropped"].append(int(np.sum(in_branch & ~defined)))
         out["n_dropped_long_run"].append(int(np.sum(kept & ~long_defined)))
+        for k, v in overlap_distribution(ratio[kept]).items():
+            out[k].append(v)
+        good = kept & np.isfinite(init)
+        fit = initial_overlap_slope(init[good], ratio[good]) if good.sum() > 2 else dict(slope=np.nan,
+                                                                                         slope_err=np.nan)
+        out["init_slope"].append(fit["slope"])
+        out["init_slope_err"].append(fit["slope_err"])
+        for k, v in _verdict_counts(verdicts[kept]).items():
+            out[k].append(v)
         for k in SUMMARY_KEYS:
             v = np.asarray(derived[k] if k in derived else pairs[k], float)[kept_long if k in LONG_RUN_KEYS else kept]
             out[k].append(float(v.mean()) if v.size else np.nan)
             out[k + "_err"].append(float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else np.nan)
     table = {k: np.asarray(v) for k, v in out.items()}
-    table["branch"] = table["branch"].astype(int)
-    table["d"] = table["d"].astype(int)
+    for k in ("branch", "d", "n", "n_meet") + tuple(f"n_{v}" for v in HESSIAN_VERDICTS):
+        table[k] = table[k].astype(int)
     return table
 
 
-def extrapolate_in_d(d, values, errors) -> tuple[float, float, float, float]:
-    """Weighted least-squares fit `value = a + b / d`; returns `(a, a_err, b, b_err)` (NaNs with < 2 sizes).
+def summarize_points(pairs: dict[str, np.ndarray], *, n_sigma: float = HESSIAN_SIGMAS) -> dict[str, np.ndarray]:
+    """One row per `(alpha, omega, lam, branch)`, all sizes together, over the same pairs as `summarize_pairs`:
 
-    The `d -> inf` limit of a per-size mean with its standard error, e.g. of `1 - q12 / q`."""
-    d, y, e = (np.asarray(x, float) for x in (d, values, errors))
-    ok = np.isfinite(y) & np.isfinite(e) & (e > 0)
-    if np.unique(d[ok]).size < 2:
-        return (np.nan,) * 4
-    X = np.stack([np.ones(ok.sum()), 1.0 / d[ok]], axis=1)
-    W = 1.0 / e[ok] ** 2
-    cov = np.linalg.inv(X.T @ (W[:, None] * X))
-    coef = cov @ (X.T @ (W * y[ok]))
-    return float(coef[0]), float(np.sqrt(cov[0, 0])), float(coef[1]), float(np.sqrt(cov[1, 1]))
+    * `init_slope`, `init_slope_err`: `q12 / q` against `init_q12_over_q` with one intercept per `d`
+      (`initial_overlap_slope`), all pairs;
+    * `init_slope_apart`, `init_slope_apart_err`: the same over the pairs that do not meet;
+    * `meet_init_slope`, `meet_init_slope_err`: the 0/1 "the pair meets" against `init_q12_over_q` (a linear
+      probability slope), one intercept per `d`;
+    * `n`, `n_meet`, the Hessian verdict counts `n_minimum`, `n_saddle`, `n_undecided`.
+    """
+    in_branch_all, defined, _ = _analysed(pairs)
+    verdicts = hessian_verdict(pairs["hessian_min_eig"], np.abs(np.asarray(pairs["hessian_min_eig_error"], float)),
+                               n_sigma)
+    ratio, init = np.asarray(pairs["q12_over_q"], float), np.asarray(pairs["init_q12_over_q"], float)
+    d = np.asarray(pairs["d"])
+    meet = ratio > 1.0 - MEET_TOLERANCE
+    keys = ("alpha", "omega", "lam", "branch")
+    rows: dict[str, list] = {k: [] for k in keys + ("n", "n_meet") + tuple(f"n_{v}" for v in HESSIAN_VERDICTS)}
+    for name in ("init_slope", "init_slope_apart", "meet_init_slope"):
+        rows[name], rows[name + "_err"] = [], []
+
+    def slope(sel, y):
+        if sel.sum() < 3:
+            return np.nan, np.nan
+        fit = initial_overlap_slope(init[sel], y[sel], strata=d[sel])
+        return fit["slope"], fit["slope_err"]
+
+    for g, sel in _groups(pairs, keys):
+        kept = sel & in_branch_all & defined & np.isfinite(init)
+        for k, v in zip(keys, g):
+            rows[k].append(v)
+        rows["n"].append(int(kept.sum()))
+        rows["n_meet"].append(int(np.sum(kept & meet)))
+        for k, v in _verdict_counts(verdicts[kept]).items():
+            rows[k].append(v)
+        for name, s, y in (("init_slope", kept, ratio), ("init_slope_apart", kept & ~meet, ratio),
+                           ("meet_init_slope", kept, meet.astype(float))):
+            v, e = slope(s, y)
+            rows[name].append(v)
+            rows[name + "_err"].append(e)
+    table = {k: np.asarray(v) for k, v in rows.items()}
+    for k in ("branch", "n", "n_meet") + tuple(f"n_{v}" for v in HESSIAN_VERDICTS):
+        table[k] = table[k].astype(int)
+    return table

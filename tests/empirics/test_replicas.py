@@ -1,5 +1,6 @@
 """Two-replica experiments: overlaps modulo the model's symmetry, Lanczos against dense eigendecompositions, a
-convex problem where the two replicas must meet, the sweep's table and summary."""
+convex problem where the two replicas must meet, the sweep's table and summary, and the analysis of a pair table
+(the distribution of q12 / q, its slope on the initial overlap, the Hessian verdicts)."""
 
 import json
 
@@ -12,18 +13,23 @@ from phasejax import float64_scope
 from phasejax.empirics import generate_data, sample_count
 from phasejax.empirics.data import run_keys
 from phasejax.empirics.replicas import (
+    DISTRIBUTION_KEYS,
+    MEET_TOLERANCE,
     PAIR_COLUMNS,
     REPLICA_BRANCHES,
     SUMMARY_KEYS,
     ReplicaGrid,
-    extrapolate_in_d,
     hessian_min_eig,
+    hessian_verdict,
+    initial_overlap_slope,
     lanczos_min_eig,
     mutual_overlaps,
+    overlap_distribution,
     overlap_ratio,
     replica_init,
     replica_sweep,
     summarize_pairs,
+    summarize_points,
 )
 from phasejax.solvers import Status
 from phasejax.sweep import RunOptions
@@ -134,11 +140,97 @@ def test_replicas_meet_on_a_convex_problem_and_the_sweep_table():
     assert np.all(np.isnan(s["q"])) and np.all(np.isnan(s["q12_over_q_err"]))
 
 
-def test_extrapolation_recovers_a_line():
-    d = np.asarray([500.0, 1000.0, 2000.0, 4000.0])
-    a, a_err, b, _ = extrapolate_in_d(d, 0.02 + 30.0 / d, np.full(4, 1e-3))
-    assert abs(a - 0.02) < 1e-10 and abs(b - 30.0) < 1e-7 and a_err > 0
-    assert np.all(np.isnan(extrapolate_in_d([500.0], [0.1], [0.01])))
+def test_overlap_distribution_quantiles_and_meeting_fraction():
+    rng = np.random.default_rng(0)
+    # pairs apart: q12 / q = 1 - 0.2 U, U uniform, whose p-quantile is 1 - 0.2 (1 - p); pairs that meet: 1 up to
+    # float32 rounding of the ratio
+    n_apart, n_meet = 40000, 10000
+    apart = 1.0 - 0.2 * rng.uniform(size=n_apart)
+    met = 1.0 + rng.uniform(-1.2e-7, 1.2e-7, size=n_meet)
+    ratios = rng.permutation(np.concatenate([apart, met]))
+    out = overlap_distribution(ratios, quantiles=(0.1, 0.25, 0.5, 0.75))
+    assert set(out) == {"n", "q12_over_q_min", "q12_over_q_p10", "q12_over_q_p25", "q12_over_q_p50",
+                        "q12_over_q_p75", "q12_over_q_max", "n_meet", "meet_fraction", "apart_median"}
+    assert out["n"] == n_apart + n_meet and out["n_meet"] == n_meet
+    assert out["meet_fraction"] == pytest.approx(n_meet / (n_apart + n_meet))
+    # the mixture's p-quantile, for p below the apart mass w: 1 - 0.2 (1 - p / w); DKW bound (failure 1e-6) on
+    # the empirical distribution function, in units of the ratio: 0.2 / w * eps
+    w = n_apart / (n_apart + n_meet)
+    eps = np.sqrt(np.log(2 / 1e-6) / (2 * (n_apart + n_meet)))
+    for p in (0.1, 0.25, 0.5, 0.75):
+        assert abs(out[f"q12_over_q_p{round(100 * p):02d}"] - (1 - 0.2 * (1 - p / w))) < 0.2 / w * eps
+    assert abs(out["apart_median"] - 0.9) < 0.2 * np.sqrt(np.log(2 / 1e-6) / (2 * n_apart))
+    assert out["q12_over_q_min"] == ratios.min() and out["q12_over_q_max"] == ratios.max()
+    # a small table: with 101 distinct values the k/100-quantile is the k-th order statistic
+    small = rng.permutation(np.linspace(0.7, 0.95, 101))
+    got = overlap_distribution(small, quantiles=(0.1, 0.25, 0.5, 0.9))
+    for k in (10, 25, 50, 90):
+        assert got[f"q12_over_q_p{k:02d}"] == pytest.approx(np.sort(small)[k], abs=1e-15)
+    assert got["n_meet"] == 0 and got["apart_median"] == pytest.approx(np.sort(small)[50], abs=1e-15)
+    # every pair meets: no apart median; no pair: NaNs and zero counts
+    assert np.isnan(overlap_distribution(np.ones(5))["apart_median"])
+    empty = overlap_distribution(np.zeros(0))
+    assert empty["n"] == 0 and empty["n_meet"] == 0 and np.isnan(empty["q12_over_q_p50"])
+    assert set(empty) == {"n", *DISTRIBUTION_KEYS}
+    # the meeting threshold: just inside and just outside 1 - MEET_TOLERANCE
+    edge = overlap_distribution([1 - 0.5 * MEET_TOLERANCE, 1 - 2 * MEET_TOLERANCE])
+    assert edge["n_meet"] == 1
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(ratios=[0.9, np.nan]), "ratios"), (dict(ratios=[[0.9]]), "ratios"),
+                                         (dict(ratios=[0.9], meet_tol=0.0), "meet_tol"),
+                                         (dict(ratios=[0.9], quantiles=(0.5, 1.5)), "quantiles")])
+def test_overlap_distribution_validation(kwargs, name):
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        overlap_distribution(**kwargs)
+
+
+def test_initial_overlap_slope_recovers_a_known_slope_within_sizes():
+    rng = np.random.default_rng(1)
+    # three sizes with their own means (intercepts) and init ranges that move with the size: a regression with
+    # one intercept would mix the sizes' means into the slope, the within-size one must not
+    slope, noise = 0.6, 0.02
+    d = np.repeat([250, 1000, 4000], 700)
+    init = 0.5 + 0.3 * np.log(d / 1000) / np.log(16) + rng.normal(0, 0.03, d.size)
+    intercept = {250: 0.2, 1000: 0.5, 4000: 0.05}
+    final = np.asarray([intercept[k] for k in d]) + slope * init + rng.normal(0, noise, d.size)
+    fit = initial_overlap_slope(init, final, strata=d)
+    assert fit["n"] == d.size and fit["dof"] == d.size - 4
+    # the standard error is the OLS one, noise / sqrt(S_xx) with S_xx the within-size spread of init
+    sxx = sum(np.sum((init[d == k] - init[d == k].mean()) ** 2) for k in intercept)
+    assert fit["slope_err"] == pytest.approx(noise / np.sqrt(sxx), rel=0.1)
+    assert abs(fit["slope"] - slope) < 4 * fit["slope_err"]
+    pooled = initial_overlap_slope(init, final)
+    assert abs(pooled["slope"] - slope) > 10 * pooled["slope_err"]
+    # no noise: the slope exactly, a zero error; a final overlap that ignores the init: slope within its error of 0
+    exact = initial_overlap_slope(init, 0.3 + slope * init, strata=d)
+    assert exact["slope"] == pytest.approx(slope, rel=1e-12) and exact["slope_err"] < 1e-12
+    flat = initial_overlap_slope(init, rng.normal(0.9, noise, d.size), strata=d)
+    assert abs(flat["slope"]) < 4 * flat["slope_err"]
+    # an init that does not vary inside a size: no slope
+    assert np.isnan(initial_overlap_slope([0.5, 0.5, 0.4, 0.4], [0.9, 0.8, 0.7, 0.6], strata=[1, 1, 2, 2])["slope"])
+    with pytest.raises(ValueError, match=r"\bstrata\b"):
+        initial_overlap_slope([0.5, 0.4, 0.3], [0.9, 0.8, 0.7], strata=[1, 2])
+    with pytest.raises(ValueError, match=r"\binit\b"):
+        initial_overlap_slope([0.5, 0.4], [0.9, 0.8, 0.7])
+
+
+def test_hessian_verdict_thresholds():
+    err = np.full(7, 1e-4)
+    eig = np.asarray([2.01e-4, 1.99e-4, 0.0, -1.99e-4, -2.01e-4, np.nan, 5e-2])
+    assert hessian_verdict(eig, err).tolist() == ["minimum", "undecided", "undecided", "undecided", "saddle",
+                                                  "undecided", "minimum"]
+    # the margin is in units of the error bound: one error bound at n_sigma = 1
+    assert hessian_verdict(1.5e-4, 1e-4, n_sigma=1.0).tolist() == "minimum"
+    assert hessian_verdict(-1.5e-4, 1e-4, n_sigma=1.0).tolist() == "saddle"
+    # a negative Ritz value inside its error is undecided, not a minimum nor a saddle
+    assert hessian_verdict(-4.8e-5, 1.1e-4).tolist() == "undecided"
+    # an exact eigenvalue (zero error) decides by its sign
+    assert hessian_verdict([1e-9, -1e-9, 0.0], 0.0).tolist() == ["minimum", "saddle", "undecided"]
+    with pytest.raises(ValueError, match=r"\bn_sigma\b"):
+        hessian_verdict(1.0, 0.1, n_sigma=0.0)
+    with pytest.raises(ValueError, match=r"\berror\b"):
+        hessian_verdict(1.0, -0.1)
 
 
 @pytest.mark.parametrize("bad,name", [(dict(alphas=()), "alphas"), (dict(alphas=(1.0,), lams=(-0.1,)), "lams"),
@@ -192,6 +284,56 @@ def test_undefined_overlap_ratios_are_dropped_and_counted(tmp_path, capsys):
     assert summary["n_pairs_averaged"] == 3 and summary["groups"]["n_dropped"] == [2]
 
 
+def test_summaries_of_a_pair_table(tmp_path):
+    rng = np.random.default_rng(2)
+    # one point (alpha 1.5, positional) at two sizes: 6 pairs each, 2 of them meeting at d = 100; one pair left
+    # its branch (in no statistic)
+    ratio = np.asarray([1.0, 1.0, 0.93, 0.95, 0.91, 0.97, 0.88, 0.90, 0.92, 0.94, 0.96, 0.99])
+    pairs = _synthetic_pairs(0.05 * np.ones(12), 0.05 * ratio, ratio)
+    pairs["d"] = np.repeat([100, 400], 6)
+    pairs["init_q12_over_q"] = rng.uniform(0.4, 0.6, 12)
+    pairs["same_branch"][11] = False
+    pairs["hessian_min_eig"] = np.asarray([1e-3, 2e-3, -5e-4, 2e-5, 1e-3, 1e-3, 1e-3, 1.1e-3, 9e-4, 1.2e-3, 1e-3, -1.0])
+    pairs["hessian_min_eig_error"] = np.full(12, 1e-4)
+    ratio = np.asarray(pairs["q12_over_q"], float)          # as the table holds it (float32 q12 / q)
+    s = summarize_pairs(pairs)
+    assert s["d"].tolist() == [100, 400] and s["n"].tolist() == [6, 5] and s["n_meet"].tolist() == [2, 0]
+    for row, kept in ((0, np.arange(6)), (1, np.arange(6, 11))):
+        want = overlap_distribution(ratio[kept])
+        assert all(s[k][row] == pytest.approx(want[k], nan_ok=True) for k in DISTRIBUTION_KEYS)
+        fit = initial_overlap_slope(pairs["init_q12_over_q"][kept], ratio[kept])
+        assert s["init_slope"][row] == pytest.approx(fit["slope"])
+    # minimum: eig > 2e-4; saddle: eig < -2e-4; else undecided (the pair outside its branch is not counted)
+    assert s["n_minimum"].tolist() == [4, 5] and s["n_saddle"].tolist() == [1, 0]
+    assert s["n_undecided"].tolist() == [1, 0]
+    pts = summarize_points(pairs)
+    assert pts["n"].tolist() == [11] and pts["n_meet"].tolist() == [2] and pts["n_saddle"].tolist() == [1]
+    kept = np.arange(11)
+    fit = initial_overlap_slope(pairs["init_q12_over_q"][kept], ratio[kept], strata=pairs["d"][kept])
+    assert pts["init_slope"][0] == pytest.approx(fit["slope"]) and pts["init_slope_err"][0] == pytest.approx(
+        fit["slope_err"])
+    apart = kept[ratio[kept] < 1]
+    fit_apart = initial_overlap_slope(pairs["init_q12_over_q"][apart], ratio[apart], strata=pairs["d"][apart])
+    assert pts["init_slope_apart"][0] == pytest.approx(fit_apart["slope"])
+    # the command: strict JSON (null, never NaN), the pairs that are not a minimum listed, both figures
+    from phasejax.commands.replicas import FIGURES, summarize
+
+    summarize(pairs, str(tmp_path), se=None, meta={})
+
+    def refuse(token):
+        raise AssertionError(f"summary.json holds {token}")
+
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert [p["verdict"] for p in summary["hessian_not_minimum"]] == ["saddle", "undecided"]
+    assert summary["n_pairs_minimum"] == 9 and summary["n_pairs_saddle"] == 1 and summary["n_pairs_undecided"] == 1
+    point = summary["points"][0]
+    assert point["init_slope"] == pytest.approx(fit["slope"])
+    for law in ("1_over_d", "1_over_sqrt_d"):
+        assert point[f"hessian_min_eig_fit_{law}"]["error_scale"] >= 1.0
+        assert "chi2_per_dof" in point[f"hessian_min_eig_fit_{law}"]
+    assert all((tmp_path / f).stat().st_size > 0 for f in FIGURES)
+
+
 @pytest.mark.slow
 def test_replicas_command_and_replot(run_cli, tmp_path):
     out = str(tmp_path / "rep")
@@ -206,4 +348,6 @@ def test_replicas_command_and_replot(run_cli, tmp_path):
     assert pairs["status_1"].dtype.kind == "i" and pairs["branch"].tolist()[:3] == [0, 0, 0]
     code, _, err = run_cli(["replicas", "--replot", "--no-se", "--out", out])
     assert code == 0, err
-    assert (tmp_path / "rep" / "q12_over_q.png").exists() and (tmp_path / "rep" / "summary.json").exists()
+    from phasejax.commands.replicas import FIGURES
+
+    assert all((tmp_path / "rep" / f).exists() for f in FIGURES) and (tmp_path / "rep" / "summary.json").exists()
