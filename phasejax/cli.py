@@ -164,7 +164,7 @@ def main(argv=None) -> int:
                 guard_replot(args.out, args.overwrite, args.command)
             else:
                 claimed = None if os.path.exists(args.out) else args.out
-                guard_output(args.out, args.overwrite, output_identity(args))
+                guard_output(args.out, args.overwrite, output_identity(args), command=args.command)
         apply_host_devices(argv)
         _session.use_compilation_cache()
         notice = sys.stderr.isatty() and not getattr(args, "no_progress", False)

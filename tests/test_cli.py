@@ -257,3 +257,20 @@ def test_long_commands_have_no_progress_and_sweeps_chunk_size():
     for name in ("bench-training", "extension", "solve", "census", "phase-diagram", "train", "gamp", "markov"):
         assert "--no-progress" in sub[name]._option_string_actions, name
     assert "--chunk-size" in sub["extension"]._option_string_actions
+
+
+def test_replot_recognises_the_folder_its_own_command_wrote(tmp_path):
+    """`--replot` without `--overwrite` rewrites a folder that the same command wrote (its marker names the
+    command), and refuses one of another command or without a marker."""
+    from phasejax.commands.argtypes import UsageError, guard_output, guard_replot
+
+    out = str(tmp_path / "out")
+    guard_output(out, False, {"seeds": 2}, command="replicas")
+    assert guard_replot(out, False, "replicas") == out
+    with pytest.raises(UsageError, match="did not write"):
+        guard_replot(out, False, "gamp")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(UsageError, match="did not write"):
+        guard_replot(str(bare), False, "replicas")
+    assert guard_replot(str(bare), True, "replicas") == str(bare)

@@ -105,9 +105,11 @@ def _differences(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
 
 
-def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--out") -> str:
+def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--out",
+                 command: str | None = None) -> str:
     """Claim the output folder `path` for a run whose configuration is `identity` (a JSON-ready dict, e.g.
-    `output_identity(args)`); returns `path`.
+    `output_identity(args)`) of the command `command` (recorded in the marker, for `guard_replot`); returns
+    `path`.
 
     * `path` missing or empty: created, and `OUTPUT_MARKER` written into it (which also tests that it is
       writable, before any compute);
@@ -138,6 +140,8 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
         if old.get("identity") == identity:
             if not os.access(path, os.W_OK):
                 raise UsageError(f"cannot write to {flag} {path} (not writable); pass a writable {flag} folder")
+            if command is not None and old.get("command") != command:
+                atomic_write_json(marker, dict(identity=identity, command=command))
             return path
         if not overwrite and entries:
             what = ", ".join(_differences(old["identity"], identity))
@@ -150,7 +154,8 @@ def guard_output(path: str, overwrite: bool, identity: dict, *, flag: str = "--o
         _set_aside(os.path.join(path, "run"))   # --overwrite: the old chunks stay, but not where this run resumes
     try:
         os.makedirs(path, exist_ok=True)
-        atomic_write_json(marker, dict(identity=identity))
+        atomic_write_json(marker, dict(identity=identity) if command is None else dict(identity=identity,
+                                                                                        command=command))
     except OSError as e:
         raise UsageError(f"cannot write to {flag} {path} ({e.strerror or e}); pass a writable {flag} folder") \
             from None
@@ -168,7 +173,7 @@ def guard_replot(path: str, overwrite: bool, command: str, *, flag: str = "--out
                          f"or pass the {flag} that holds its results")
     marker = os.path.join(path, OUTPUT_MARKER)
     try:
-        ours = (read_json(marker, kind=dict).get("identity") or {}).get("command") == command
+        ours = read_json(marker, kind=dict).get("command") == command
     except (ValueError, OSError):
         ours = False
     if not ours and not overwrite:
