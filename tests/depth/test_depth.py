@@ -133,7 +133,7 @@ def test_depth_functions_reject_bad_inputs():
     with pytest.raises(ValueError, match="skip"):
         bayes_test_error(jnp.asarray([0.2, 0.2]), -0.5)
     with pytest.raises(ValueError, match="q must"):
-        bayes_test_error(jnp.asarray([0.2, 0.2, 0.2]), 1.0)
+        bayes_test_error(jnp.asarray([0.2, 0.2, 0.2, 0.2]), 1.0)  # two or three layers only
     with pytest.raises(ValueError, match="n_samples"):
         bayes_test_error(jnp.asarray([0.2, 0.2]), 1.0, n_samples=1)
 
@@ -187,6 +187,7 @@ def test_depth_command_flags():
     assert build_parser().parse_args(["depth"]).no_progress is False
 
 
+@pytest.mark.slow
 def test_state_evolution_reports_its_stopping_reason():
     """The state evolution stops on its convergence test (slow test above: `CONVERGED`, with the estimated distance
     to the fixed point below `tol`); a cap reached first is reported as `MAX_ITERATIONS`, not as converged."""

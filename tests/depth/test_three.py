@@ -46,6 +46,7 @@ def test_with_layer_one_known_the_three_layer_posterior_is_the_two_layer_one():
         np.testing.assert_allclose(three.second[:, 1:], two.second, atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.slow
 def test_with_two_layers_known_the_last_layer_threshold_is_one_over_T2_plus_T():
     """With layers 1 and 2 known the output reveals +-z_3, so E[z_3 z_3^T | u] = z_3 z_3^T and layer 3's stability
     constant at q_3 = 0 is E|z z^T - I|_F^2 = T^2 + T = 6: sample by sample the estimator is |z_3 z_3^T - I|_F^2."""

@@ -1,0 +1,78 @@
+"""Thresholds of the two-layer model: the bound M_l <= T^2 + T, the control-variate estimators against the direct
+one, and the committed thresholds recomputed with an independent rule on fresh draws."""
+
+import csv
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasejax import float64_scope
+from phasejax.depth import grid_rule, moments_unlearned_first, nishimori_mean, outer_moments, rule_for, se_draws
+from phasejax.depth.thresholds import M_samples, g2_samples
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+THRESHOLDS = os.path.join(ROOT, "results", "depth", "thresholds.csv")
+BOUND = 6.0  # T^2 + T for T = 2
+
+
+def _committed():
+    with open(THRESHOLDS) as fh:
+        rows = list(csv.DictReader(fh))
+    return {k: np.asarray([float(r[k]) if r[k] not in ("", "True", "False") else float(r[k] == "True")
+                           for r in rows]) for k in rows[0]}
+
+
+@pytest.mark.parametrize("skip", [1.0, 4.0])
+def test_control_variates_respect_the_bound_and_estimate_the_same_mean(skip):
+    """At Q = 0 the three estimators of M_2 (direct, teacher control variate, its posterior expectation) have one
+    mean; the last two never exceed T^2 + T sample by sample, and their combination has a smaller spread."""
+    with float64_scope():
+        m = moments_unlearned_first(jnp.asarray(0.0), skip, se_draws(2048, seed=21), grid_rule(0.24))
+        direct, teacher, post = (np.asarray(a[:, 1]) for a in (m.cov_dev, m.M_teacher, m.M_posterior))
+        assert teacher.max() <= BOUND + 1e-9 and post.max() <= BOUND + 1e-9
+        n = direct.size
+        for x in (teacher, post):
+            diff = direct - x  # paired: the common noise cancels
+            assert abs(diff.mean()) < 4 * diff.std(ddof=1) / np.sqrt(n)
+        mean, se, _ = nishimori_mean(teacher, post)
+        assert se < direct.std(ddof=1) / np.sqrt(n)
+        assert mean <= BOUND
+
+
+def test_committed_thresholds_respect_the_bound_with_small_confirmed_errors():
+    """Every committed threshold is at least 1 / (T^2 + T), has an error of at most 0.003, and the independent rule
+    (Gauss-Hermite mixture, paired draws) reproduces it within that error and its own standard error."""
+    th = _committed()
+    for layer in (1, 2):
+        a, err = th[f"alpha_{layer}"], th[f"alpha_{layer}_err"]
+        assert np.all(a >= 1 / BOUND), (layer, a)
+        assert np.all(err <= 0.003), (layer, err)
+        diff, se = th[f"alpha_{layer}_check_diff"], th[f"alpha_{layer}_check_se"]
+        assert np.all(np.abs(diff) <= err + 3 * se), (layer, diff, se, err)
+    assert np.all(th["first_layer"] == 2)
+
+
+def test_committed_thresholds_recomputed_with_an_independent_rule():
+    """At skip 1, from fresh draws and the Gauss-Hermite mixture instead of the graded grid: alpha_2 = 1 / M_2 at
+    Q = 0 agrees with the committed value, and at layer 2's committed overlap q_2* the fixed point's alpha,
+    `q_2* / ((1 - q_2*) E|g_2|^2)`, agrees with the committed alpha_1 while layer 1's growth factor there is one."""
+    th = _committed()
+    i = int(np.argmin(np.abs(th["skip"] - 1.0)))
+    assert th["skip"][i] == 1.0
+    with float64_scope():
+        draws, rule = se_draws(768, seed=23), rule_for(16, 1.0)
+        m0 = outer_moments(jnp.zeros(2), 1.0, draws, rule)
+        M2, M2_se, _ = nishimori_mean(m0.M_teacher[:, 1], m0.M_posterior[:, 1])
+        a2, a2_se = 1 / M2, M2_se / M2**2
+        assert abs(a2 - th["alpha_2"][i]) < 4 * np.hypot(a2_se, th["alpha_2_err"][i])
+        q2 = th["q2_at_alpha_1"][i]
+        m = outer_moments(jnp.asarray([0.0, q2]), 1.0, draws, rule)
+        g2, M1 = g2_samples(m, 1), M_samples(m, 0)
+        alpha = q2 / ((1 - q2) * g2.mean())
+        gain = alpha * M1.mean()
+        # relative Monte Carlo error of the gain (both means from the same draws: errors added, an upper bound)
+        rel = g2.std(ddof=1) / g2.mean() / np.sqrt(g2.size) + M1.std(ddof=1) / M1.mean() / np.sqrt(M1.size)
+        assert abs(gain - 1) < 4 * rel, (gain, rel)
+        assert abs(alpha - th["alpha_1"][i]) < 4 * np.hypot(alpha * rel, th["alpha_1_err"][i]), (alpha, rel)
