@@ -10,7 +10,7 @@ and the rules are exported here; the helpers stay in their modules (`phasejax.em
 100
 """
 
-from phasejax.empirics.bracket import BracketGrid, bracket_report, bracket_sweep, paired_task, summarize_bracket
+from phasejax.empirics.bracket import BracketGrid, bracket_report, bracket_sweep
 from phasejax.empirics.data import TiedAttentionData, cast_params, generate_data, sample_count
 from phasejax.empirics.gamp import GAMPResult, GAMPSweep, gamp, gamp_sweep
 from phasejax.empirics.gamp_analysis import se_references, summarize_gamp_sweep
@@ -25,7 +25,7 @@ from phasejax.empirics.students import (
     semantic_init,
 )
 from phasejax.empirics.sweep import RUN_COLUMNS, TrainingGrid, TrainingRuns, train_students
-from phasejax.empirics.training import DEFAULT_GTOL, TrainConfig, TrainResult, minimize, train_student
+from phasejax.empirics.training import TrainConfig, TrainResult, minimize, train_student
 
 __all__ = [
     # training students: entry points, parameters, results
@@ -34,9 +34,9 @@ __all__ = [
     "generate_data", "TiedAttentionData", "sample_count", "cast_params", "make_student", "TiedAttention",
     "UntiedAttention", "LinearPositional", "semantic_init",
     # rules
-    "INITS", "STUDENTS", "SOLUTIONS", "RUN_COLUMNS", "DEFAULT_GTOL", "classify_solution",
+    "INITS", "STUDENTS", "SOLUTIONS", "RUN_COLUMNS", "classify_solution",
     # GAMP
     "gamp", "gamp_sweep", "GAMPResult", "GAMPSweep", "se_references", "summarize_gamp_sweep",
     # the empirical bracket of alpha_c
-    "bracket_sweep", "paired_task", "BracketGrid", "summarize_bracket", "bracket_report",
+    "bracket_sweep", "BracketGrid", "bracket_report",
 ]
