@@ -231,6 +231,25 @@ def guard_output_file(path: str, overwrite: bool, *, flag: str = "--out") -> str
     return path
 
 
+def guard_output_files(out: str, overwrite: bool, names, *, flag: str = "--out") -> str:
+    """For a command that writes the files `names` into the folder `out`, which may hold other results: refuse an
+    existing one of them unless `overwrite`, and check that `out` is a folder that can be created and written
+    (before any compute); returns `out`."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"{flag} {out} is a file, not a folder; pass a folder to {flag}")
+    existing = [n for n in names if os.path.exists(os.path.join(out, n))]
+    if existing and not overwrite:
+        raise UsageError(f"{flag} {out} holds {', '.join(existing)}; pass another {flag}, or --overwrite to replace "
+                         f"{'it' if len(existing) == 1 else 'them'}")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {flag} {out} ({e.strerror or e}); pass a writable {flag}") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"cannot write to {flag} {out}; pass a writable {flag}")
+    return out
+
+
 def check_fits(need: float, what: str, shrink: str) -> None:
     """Refuse, before any compile, a run that needs about `need` bytes (`what` needs them) beyond
     `phasejax.sweep.available_memory()`: `RunError` with the estimate and `shrink`, the flags that shrink it."""

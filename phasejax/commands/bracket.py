@@ -32,7 +32,7 @@ import time
 
 from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    UsageError, positive_float, positive_int, refuse_duplicates, run_options_from,
+    UsageError, guard_output_files, positive_float, positive_int, refuse_duplicates, run_options_from,
 )
 
 NAME = "bracket"
@@ -129,23 +129,6 @@ def read_tasks(path: str) -> dict:
             raise UsageError(f"{path}, column solution_{b}: {bad} are not among {list(SOLUTIONS)}")
         rows[f"solution_{b}"] = np.asarray([SOLUTIONS.index(s) for s in names])
     return rows
-
-
-def guard_files(out: str, overwrite: bool, names=FILES) -> None:
-    """Before any compute: refuse an existing file of `names` in `out` unless `overwrite`; `out` must be a
-    folder that can be created and written."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out} is a file, not a folder; pass a folder to --out")
-    existing = [n for n in names if os.path.exists(os.path.join(out, n))]
-    if existing and not overwrite:
-        raise UsageError(f"--out {out} holds {', '.join(existing)}; pass another --out, or --overwrite to replace "
-                         f"{'it' if len(existing) == 1 else 'them'}")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --out {out} ({e.strerror or e}); pass a writable --out") from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"cannot write to --out {out}; pass a writable --out")
 
 
 def rs_reference(rs_dir: str, omega: float, lam: float, sigma: float) -> dict | None:
@@ -321,7 +304,7 @@ def run(args) -> int:
         path = os.path.join(args.out, FILES[0])
         if not os.path.exists(path):
             raise UsageError(f"--replot needs {path}")
-        guard_files(args.out, args.overwrite, FILES[1:])
+        guard_output_files(args.out, args.overwrite, FILES[1:])
         rows = read_tasks(path)
         if not args.no_rs:
             rs = rs_reference(args.rs_dir, float(rows["omega"][0]), float(rows["lam"][0]), _sigma_of(args.out))
@@ -340,7 +323,7 @@ def run(args) -> int:
         raise UsageError(f"--datasets takes one number for every d or one per --ds ({len(ds)}), got {len(datasets)}")
     if args.degree + 1 > len(args.alphas):
         raise UsageError(f"--degree {args.degree} needs at least {args.degree + 1} --alphas, got {len(args.alphas)}")
-    guard_files(args.out, args.overwrite)
+    guard_output_files(args.out, args.overwrite, FILES)
     from phasejax.empirics import TrainConfig
     from phasejax.empirics.bracket import BracketGrid, bracket_sweep
     from phasejax.theory import make_params

@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 
 from phasejax.commands import flags
-from phasejax.commands.argtypes import UsageError, positive_float, positive_int, refuse_duplicates, unit_interval
+from phasejax.commands.argtypes import (UsageError, guard_output_files, positive_float, positive_int, refuse_duplicates,
+                                        unit_interval)
 
 NAME = "rsb"
 HELP = "one-step RSB at zero temperature: the positional branch's training loss, test error and alpha_c vs RS"
@@ -65,19 +66,6 @@ def add_arguments(ap) -> None:
     flags.add_output(ap, flags.default_out(NAME), guard=False,
                      help="output folder (created); it may hold other results: only the files "
                           + ", ".join(FILES) + " are written, an existing one only with --overwrite")
-
-
-def _guard_files(out: str, overwrite: bool) -> None:
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out} is a file, not a folder; pass a folder to --out")
-    existing = [n for n in FILES if os.path.exists(os.path.join(out, n))]
-    if existing and not overwrite:
-        raise UsageError(f"--out {out} holds {', '.join(existing)}; pass another --out, or --overwrite to replace "
-                         f"{'it' if len(existing) == 1 else 'them'}")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --out {out} ({e.strerror or e}); pass a writable --out") from None
 
 
 def read_rs(rs_dir: str) -> dict:
@@ -243,7 +231,7 @@ def run(args) -> int:
         raise UsageError(f"--replicas must be >= 2, got {args.replicas}")
     rs = read_rs(args.rs_dir)
     plan = [(omega,) + bracketing_alphas(rs, omega) for omega in args.omegas]     # refuse before any compute
-    _guard_files(args.out, args.overwrite)
+    guard_output_files(args.out, args.overwrite, FILES)
     cfg = rs["config"]
     A = np.asarray(cfg["A"], float).reshape(2, 2)
     points, thresholds = [], {k: [] for k in THRESHOLD_COLUMNS}
