@@ -76,3 +76,15 @@ def test_declared_floors_install_and_pass_the_smoke_test():
     out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "check_floors.sh")], capture_output=True, text=True,
                          timeout=3600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_test_file_names_are_unique():
+    """The test folders are not packages, so pytest imports each test file by its base name: two files with one
+    name in different folders stop the collection ("import file mismatch")."""
+    seen: dict[str, str] = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, "tests")):
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                path = os.path.relpath(os.path.join(folder, name), ROOT)
+                assert name not in seen, f"{path} and {seen[name]} share a name"
+                seen[name] = path
