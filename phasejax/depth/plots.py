@@ -14,6 +14,21 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: str) -> str:
+    """Lay out `fig`, write it to `path` (120 dpi), close it; returns `path`."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _threshold_panel(ax) -> None:
+    """The parts every thresholds-against-skip panel shares: the bound `1 / (T^2 + T)` and the axis labels."""
+    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6 = 1/(T^2+T)$: bound on every threshold")
+    ax.set_xlabel("skip strength $c$")
+    ax.set_ylabel(r"weak-recovery threshold $\alpha$")
+
+
 def plot_thresholds(th: dict, path: str) -> str:
     """`alpha_1`, `alpha_2` (and layer 1's threshold at `Q = 0`) against the skip strength, with error bars."""
     plt = _plt()
@@ -24,16 +39,11 @@ def plot_thresholds(th: dict, path: str) -> str:
                 label=r"$\alpha_1$ (layer 1, next to layer 2's fixed point)")
     if "alpha_1_uninformed" in th:
         ax.plot(c, th["alpha_1_uninformed"], ":", color="gray", label=r"layer 1 at $Q=0$ ($1/M_1$)")
-    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6 = 1/(T^2+T)$: bound on every threshold")
+    _threshold_panel(ax)
     ax.set_yscale("log")
-    ax.set_xlabel("skip strength $c$")
-    ax.set_ylabel(r"weak-recovery threshold $\alpha$")
     ax.set_title("Two-layer tied attention, $T=2$: Bayes-optimal thresholds")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_overlaps(se: dict, th: dict, path: str) -> str:
@@ -60,10 +70,7 @@ def plot_overlaps(se: dict, th: dict, path: str) -> str:
     bx.set_xlabel(r"$\alpha = n/d$")
     bx.set_ylabel(r"test error $E|y-\hat y|^2$")
     bx.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_amp(amp: dict, path: str) -> str:
@@ -83,10 +90,7 @@ def plot_amp(amp: dict, path: str) -> str:
     ax.set_ylabel("overlap with the teacher")
     ax.set_title("AMP on finite data (dashed: state evolution), skip $c = 1$")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_convergence(conv: dict, target: float, path: str) -> str:
@@ -111,10 +115,7 @@ def plot_convergence(conv: dict, target: float, path: str) -> str:
             if j == 0 and k == 0:
                 ax.set_ylabel("|difference to the finest grid|")
             ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_three_thresholds(th: dict, path: str) -> str:
@@ -125,17 +126,12 @@ def plot_three_thresholds(th: dict, path: str) -> str:
     for k, mk in ((1, "s"), (2, "^"), (3, "o")):
         ax.errorbar(c, th[f"alpha_{k}"], yerr=th[f"alpha_{k}_err"], marker=mk, ms=4, capsize=2,
                     label=rf"$\alpha_{k}$ (layer {k})")
-    ax.axhline(1 / 6, color="k", lw=0.6, ls="--", label=r"$1/6 = 1/(T^2+T)$: bound on every threshold")
+    _threshold_panel(ax)
     ax.set_xscale("log")
-    ax.set_xlabel("skip strength $c$")
-    ax.set_ylabel(r"weak-recovery threshold $\alpha$")
     order = th["order"][0] if len(set(th["order"].tolist())) == 1 else "varies"
     ax.set_title(f"Three-layer tied attention, $T=2$ (learning order: layers {order})", fontsize=10)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
@@ -164,7 +160,4 @@ def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
     ax.set_title(f"Three layers, skip $c = {se['skip'][0]:g}$: SE (lines), AMP (crosses), thresholds (dotted)",
                  fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
