@@ -1,18 +1,22 @@
 """One-step RSB of the positional branch at zero temperature against RS: training loss, test error, alpha_c.
 
     phasejax rsb                                          # omega = 0, 0.15, 0.3, 0.45; writes runs/rsb/
-    phasejax rsb --omegas 0.3 --log2-n 11 --inner-order 3 --ys 300 1000 3000
+    phasejax rsb --omegas 0.3 --log2-n 11 --inner-order 3 --ys 30 300 3000
+    phasejax rsb --omegas 0 --semantic                    # the semantic branch's 1RSB too
     phasejax rsb --out results/rsb --overwrite
 
 Per omega, at the two alphas of the replica-symmetric (RS) diagram (--rs-dir) on either side of its alpha_c, the
-positional branch is solved on one nested rule (`phasejax.theory.rsb`): RS (`Delta = 0`), 1RSB at each fixed
-Parisi parameter of --ys, and the 1RSB ground state (`Sigma = 0`, `y` extremised) from the fixed-`y` solution of
-highest `Phi`; where the ground-state solve does not converge, that fixed-`y` solution stands in (its `Phi` is a
-lower bound of the ground state's, the maximum over `y`; the solution column says which). The difference to RS,
-with errors from the rule's replicas (paired: the same nodes), is the 1RSB correction `delta e` of the positional
-training loss (and of its test error); added to the RS diagram's converged positional `e_t`, it gives the 1RSB
-positional `e_t`. The semantic branch is taken RS (its `e_t` from --rs-dir; its jump mass
-`replicon_jump_semantic` at these alphas is written alongside: the RS answer is exact only where it is zero).
+positional branch is solved on one nested rule (`phasejax.theory.rsb`): RS (`Delta = 0`) and 1RSB at each fixed
+Parisi parameter of the scan --ys. The ground-state energy is `Phi` at its maximum over `y` (where
+`Sigma = y^2 dPhi/dy` changes sign); the scan's state of highest `Phi` stands for it (solution `1rsb_scan_max`:
+a lower bound of the maximum, and, as the largest of noisy values, biased up by up to the spread of the
+replicas). Its difference to RS, with errors from the rule's replicas (paired: the same nodes), is the 1RSB
+correction `delta e` of the positional training loss (and of its test error); added to the RS diagram's converged
+positional `e_t`, it gives the 1RSB positional `e_t`. The replicons of the chosen state (within and between the
+states, `attention_replicon`) and of RS on the same rule are written with it. The semantic branch is taken RS
+(its `e_t` from --rs-dir; its jump mass `replicon_jump_semantic` at these alphas is written alongside: the RS
+answer is exact only where it is zero) unless --semantic, which solves its RS and 1RSB the same way and
+corrects its `e_t` too.
 alpha_c is where `Delta e_t` crosses zero, linear between the two alphas, RS and 1RSB, with errors propagated
 from both ends.
 
@@ -36,12 +40,16 @@ HELP = "one-step RSB at zero temperature: the positional branch's training loss,
 
 OMEGAS = (0.0, 0.15, 0.3, 0.45)
 FILES = ("rsb_points.csv", "rsb_thresholds.csv", "rsb_summary.json", "rsb.png")
-POINT_COLUMNS = ("omega", "alpha", "solution", "status", "iterations", "q0", "q0_err", "delta", "delta_err", "q1",
+POINT_COLUMNS = ("omega", "alpha", "branch", "solution", "status", "iterations", "q0", "q0_err", "delta", "delta_err", "q1",
                  "q1_err", "V0", "V0_err", "m", "m_err", "y", "y_err", "phi", "phi_err", "e_t", "e_t_err", "sigma",
-                 "sigma_err", "test_error", "test_error_err", "missed_minima", "residual")
+                 "sigma_err", "test_error", "test_error_err", "missed_minima", "residual", "delta_phi", "delta_phi_err",
+                 "within", "within_err", "within_jump", "within_jump_err", "between", "between_err", "two_minima")
 THRESHOLD_COLUMNS = ("omega", "alpha_lo", "alpha_hi", "e_positional_rs_lo", "e_positional_rs_hi",
                      "delta_e_rsb_lo", "delta_e_rsb_lo_err", "delta_e_rsb_hi", "delta_e_rsb_hi_err",
-                     "delta_test_error_rsb_lo", "delta_test_error_rsb_hi", "e_positional_1rsb_lo",
+                     "delta_test_error_rsb_lo", "delta_test_error_rsb_hi", "y_rsb_lo", "y_rsb_hi",
+                     "replicon_within_lo", "replicon_within_hi", "replicon_within_jump_lo", "replicon_within_jump_hi",
+                     "replicon_between_lo", "replicon_between_hi", "delta_e_semantic_lo", "delta_e_semantic_lo_err",
+                     "delta_e_semantic_hi", "delta_e_semantic_hi_err", "e_positional_1rsb_lo",
                      "e_positional_1rsb_hi", "e_semantic_rs_lo", "e_semantic_rs_hi", "jump_semantic_lo",
                      "jump_semantic_hi", "alpha_c_rs", "alpha_c_rs_err", "alpha_c_1rsb", "alpha_c_1rsb_err",
                      "alpha_c_shift", "alpha_c_shift_err", "alpha_c_rs_diagram", "alpha_c_rs_diagram_err")
@@ -57,11 +65,13 @@ def add_arguments(ap) -> None:
     ap.add_argument("--replicas", type=positive_int, default=4, help="scrambled replicas of the outer rule (>= 2)")
     ap.add_argument("--inner-order", type=positive_int, default=3,
                     help="Gauss-Hermite nodes per token of the inner rule over z")
-    ap.add_argument("--ys", type=positive_float, nargs="+", default=[1000.0, 3000.0],
-                    help="Parisi parameters y (inverse energies per sample) of the fixed-y solves; the ground-state "
-                         "solve starts from the one of highest Phi")
+    ap.add_argument("--ys", type=positive_float, nargs="+", default=[30.0, 100.0, 1000.0],
+                    help="the scan of Parisi parameters y (inverse energies per sample): one fixed-y solve each; "
+                         "the state of highest Phi stands for the ground state")
+    ap.add_argument("--semantic", action="store_true",
+                    help="solve the semantic branch's 1RSB too (else it is taken RS)")
     ap.add_argument("--delta0", type=positive_float, default=0.003, help="start of Delta = q1 - q0 (units of q0)")
-    ap.add_argument("--max-iter", type=positive_int, default=20,
+    ap.add_argument("--max-iter", type=positive_int, default=10,
                     help="cap on the evaluations of each stage of a solve (two stages: solve, dense check, solve)")
     flags.add_output(ap, flags.default_out(NAME), guard=False,
                      help="output folder (created); it may hold other results: only the files "
@@ -106,18 +116,18 @@ def bracketing_alphas(rs: dict, omega: float) -> tuple[float, float, dict]:
     return float(alphas[i]), float(alphas[i + 1]), rows
 
 
-def rs_start(rs: dict, omega: float, alpha: float) -> tuple[float, float, float]:
-    """`(q0, m, V0)` of the positional branch of the RS diagram at `(omega, alpha)`."""
+def rs_start(rs: dict, omega: float, alpha: float, branch: str = "positional") -> tuple[float, float, float, float]:
+    """`(q0, m, V0, theta0)` of `branch` of the RS diagram at `(omega, alpha)`."""
     import numpy as np
 
     p = rs["points"]
     sel = (np.isclose(np.asarray(p["omega"], float), omega) & np.isclose(np.asarray(p["alpha"], float), alpha)
-           & (np.asarray(p["branch"]) == "positional") & (np.asarray(p["is_branch"], float) > 0.5))
+           & (np.asarray(p["branch"]) == branch) & (np.asarray(p["is_branch"], float) > 0.5))
     idx = np.flatnonzero(sel)
     if idx.size == 0:
-        raise UsageError(f"--rs-dir has no positional branch point at omega = {omega:g}, alpha = {alpha:g}")
+        raise UsageError(f"--rs-dir has no {branch} branch point at omega = {omega:g}, alpha = {alpha:g}")
     i = int(idx[0])
-    return float(p["q0_0"][i]), float(p["m0_0"][i]), float(p["V0_0"][i])
+    return float(p["q0_0"][i]), float(p["m0_0"][i]), float(p["V0_0"][i]), float(p["theta0_0"][i])
 
 
 def crossing(alpha_lo, alpha_hi, d_lo, d_hi, err_lo, err_hi):
@@ -133,46 +143,55 @@ def crossing(alpha_lo, alpha_hi, d_lo, d_hi, err_lo, err_hi):
     return float(a), float(np.hypot(da_dlo * err_lo, da_dhi * err_hi))
 
 
-def point_row(omega, alpha, solution, r) -> dict:
-    """One row of rsb_points.csv from an `RSBResult`."""
+def point_row(omega, alpha, branch, solution, r, rs=None, replicon=None) -> dict:
+    """One row of rsb_points.csv from an `RSBResult` (`rs`: the RS result on the same rule, for the paired
+    `delta_phi`; `replicon`: an `RSBReplicon` of the state)."""
     import numpy as np
+
+    from phasejax.theory.rsb import paired_difference
 
     f = lambda x: float(np.asarray(x))  # noqa: E731
-    return dict(omega=omega, alpha=alpha, solution=solution, status=r.status_name, iterations=int(r.iterations),
-                q0=f(r.q0), q0_err=f(r.q0_err), delta=f(r.delta), delta_err=f(r.delta_err), q1=f(r.q1),
-                q1_err=f(r.q1_err), V0=f(r.V0), V0_err=f(r.V0_err), m=f(r.u[3]), m_err=f(r.u_err[3]), y=f(r.y),
-                y_err=f(r.y_err), phi=f(r.phi), phi_err=f(r.phi_err), e_t=f(r.energy), e_t_err=f(r.energy_err),
-                sigma=f(r.complexity), sigma_err=f(r.complexity_err), test_error=f(r.test_error),
-                test_error_err=f(r.test_error_err), missed_minima=int(r.missed_minima), residual=f(r.residual))
+    m_i = 3 if branch == "positional" else len(np.asarray(r.u)) - 2          # m (positional) or theta0 (semantic)
+    row = dict(omega=omega, alpha=alpha, branch=branch, solution=solution, status=r.status_name,
+               iterations=int(r.iterations), q0=f(r.q0), q0_err=f(r.q0_err), delta=f(r.delta),
+               delta_err=f(r.delta_err), q1=f(r.q1), q1_err=f(r.q1_err), V0=f(r.V0), V0_err=f(r.V0_err),
+               m=f(r.u[m_i]), m_err=f(r.u_err[m_i]), y=f(r.y), y_err=f(r.y_err), phi=f(r.phi), phi_err=f(r.phi_err),
+               e_t=f(r.energy), e_t_err=f(r.energy_err), sigma=f(r.complexity), sigma_err=f(r.complexity_err),
+               test_error=f(r.test_error), test_error_err=f(r.test_error_err), missed_minima=int(r.missed_minima),
+               residual=f(r.residual))
+    d, d_err = paired_difference(r, rs, "phi") if rs is not None else (0.0, 0.0)
+    row.update(delta_phi=float(d), delta_phi_err=float(d_err))
+    nan = float("nan")
+    row.update({k: (f(getattr(replicon, k)) if replicon is not None else nan) for k in REPLICON_KEYS})
+    return row
 
 
-def solve_pair(params, start, rule, ys, delta0: float, config):
-    """RS and 1RSB of the positional branch on `rule` from the RS start `(q0, m, V0)`: RS (`Delta = 0`), 1RSB at
-    each fixed `y` of `ys` (from the RS solution with `Delta = delta0`), and the ground state (`y` free) from the
-    fixed-`y` solution of highest `Phi`. Returns `(rs, [fixed ...], ground)`."""
+REPLICON_KEYS = ("within", "within_err", "within_jump", "within_jump_err", "between", "between_err", "two_minima")
+
+
+def solve_scan(params, start, rule, ys, delta0: float, config, branch: str):
+    """RS and 1RSB of `branch` on `rule` from the RS start `(q0, m, V0, theta0)`: RS (`Delta = 0`) and 1RSB at each
+    fixed `y` of `ys` (from the RS solution with `Delta = delta0`). Returns `(rs, [fixed ...], best)`, `best` the
+    fixed-`y` state of highest `Phi` (paired with RS), converged ones preferred."""
     import numpy as np
 
-    from phasejax.theory.rsb import attention_state, solve_rsb
+    from phasejax.theory.rsb import attention_state, paired_difference, solve_rsb
 
-    q0, m, V0 = start
-    rs = solve_rsb(params, attention_state(q0, 0.0, V0, m, 0.0, 1.0), mode="rs", rule=rule, config=config)
+    q0, m, V0, th = start
+    if branch == "positional":
+        th = 0.0
+    else:
+        m = 0.0
+    rs = solve_rsb(params, attention_state(q0, 0.0, V0, m, th, 1.0), branch=branch, mode="rs", rule=rule,
+                   config=config)
     u = np.asarray(rs.u)
-    fixed = [solve_rsb(params, attention_state(max(u[0] - delta0, 0.5 * u[0]), delta0, u[2], u[3], 0.0, y),
-                       mode="fixed_y", rule=rule, config=config) for y in ys]
+    K = params.K
+    m_now, th_now = u[3:3 + K], u[3 + K]
+    fixed = [solve_rsb(params, attention_state(max(u[0] - delta0, 0.5 * u[0]), delta0, u[2], m_now, th_now, y),
+                       branch=branch, mode="fixed_y", rule=rule, config=config) for y in ys]
     ok = [f for f in fixed if f.status_name == "converged"] or fixed
-    best = max(ok, key=lambda f: float(f.phi))
-    ground = solve_rsb(params, np.asarray(best.u), mode="ground", rule=rule, config=config)
-    return rs, fixed, ground, best
-
-
-def ground_or_best(ground, best):
-    """The 1RSB answer: the ground state (`Sigma = 0`) where its solve converged to a state of `Phi` at least the
-    best fixed-`y` one's (within errors), else the fixed-`y` state of highest `Phi` (a lower bound of the ground
-    state's `Phi`, which is the maximum over `y`)."""
-    conv = ground.status_name == "converged"
-    if conv and float(ground.phi) >= float(best.phi) - float(best.phi_err):
-        return ground, "ground"
-    return best, "best_fixed_y"
+    best = max(ok, key=lambda f: float(paired_difference(f, rs, "phi")[0]))
+    return rs, fixed, best
 
 
 def plot_boundaries(thresholds: dict, rs: dict, bracket: dict | None, path: str) -> str:
@@ -223,7 +242,7 @@ def run(args) -> int:
 
     from phasejax.io import atomic_write_json, read_json, write_csv
     from phasejax.theory import make_params
-    from phasejax.theory.rsb import RSBConfig, attention_rule, paired_difference
+    from phasejax.theory.rsb import RSBConfig, attention_replicon, attention_rule, paired_difference
 
     refuse_duplicates(args.omegas, "--omegas")
     refuse_duplicates(args.ys, "--ys")
@@ -237,23 +256,35 @@ def run(args) -> int:
     points, thresholds = [], {k: [] for k in THRESHOLD_COLUMNS}
     started = time.time()
     for omega, a_lo, a_hi, rows in plan:
-        de, dt, e1 = {}, {}, {}
+        de, dt, ys_best, reps, de_sem = {}, {}, {}, {}, {}
         for alpha in (a_lo, a_hi):
             params = make_params(alpha, omega, sigma=cfg["sigma"], lam=cfg["lam"], A=A)
             rule = attention_rule(params, log2_n=args.log2_n, n_replicas=args.replicas, inner_order=args.inner_order)
-            rs_res, fixed, ground, best = solve_pair(params, rs_start(rs, omega, alpha), rule, args.ys,
-                                                     args.delta0, RSBConfig(max_iter=args.max_iter))
-            ground, which = ground_or_best(ground, best)
-            for name, r in [("rs", rs_res)] + [(f"1rsb_y{y:g}", f) for y, f in zip(args.ys, fixed)] + [
-                    (f"1rsb_{which}", ground)]:
-                points.append(point_row(omega, alpha, name, r))
-            d, d_err = paired_difference(ground, rs_res, "phi")      # the ground energy is Phi at its maximum over y
-            de[alpha] = (float(d), float(d_err))
-            dt[alpha] = float(np.asarray(ground.test_error, np.float64) - np.asarray(rs_res.test_error, np.float64))
-            print(f"omega = {omega:g}, alpha = {alpha:g}: 1RSB ({which}) {ground.status_name}, "
-                  f"y = {float(ground.y):.4g}, "
-                  f"Delta = {float(ground.delta):.3g}, Sigma = {float(ground.complexity):.2g}, "
-                  f"delta e_t = {d:.3g} +- {d_err:.2g} ({time.time() - started:.0f} s)", flush=True)
+            config = RSBConfig(max_iter=args.max_iter)
+            branches = ("positional", "semantic") if args.semantic else ("positional",)
+            for branch in branches:
+                rs_res, fixed, best = solve_scan(params, rs_start(rs, omega, alpha, branch), rule, args.ys,
+                                                 args.delta0, config, branch)
+                rep_rs = attention_replicon(params, rs_res, rule.rs())
+                rep_best = attention_replicon(params, best, rule)
+                points.append(point_row(omega, alpha, branch, "rs", rs_res, rs_res, rep_rs))
+                for y, f in zip(args.ys, fixed):
+                    points.append(point_row(omega, alpha, branch, f"1rsb_y{y:g}", f, rs_res,
+                                            rep_best if f is best else None))
+                points.append(point_row(omega, alpha, branch, "1rsb_scan_max", best, rs_res, rep_best))
+                d, d_err = paired_difference(best, rs_res, "phi")  # the ground energy is Phi at its maximum over y
+                if branch == "semantic":
+                    de_sem[alpha] = (float(d), float(d_err))
+                    continue
+                de[alpha] = (float(d), float(d_err))
+                dt[alpha] = float(np.asarray(best.test_error, np.float64) - np.asarray(rs_res.test_error, np.float64))
+                ys_best[alpha] = float(best.y)
+                reps[alpha] = rep_best
+                print(f"omega = {omega:g}, alpha = {alpha:g}, {branch}: scan max at y = {float(best.y):.4g} "
+                      f"({best.status_name}), Delta = {float(best.delta):.3g}, Sigma = {float(best.complexity):.2g}, "
+                      f"delta e_t = {d:.3g} +- {d_err:.2g}, replicon within {float(rep_best.within):.3g} "
+                      f"(jump {float(rep_best.within_jump):.2g}), between {float(rep_best.between):.3g} "
+                      f"({time.time() - started:.0f} s)", flush=True)
         lo, hi = 0, 1
         e_pos = [float(rows["e_positional"][k]) for k in (lo, hi)]
         e_pos_err = [float(rows["e_positional_err"][k]) for k in (lo, hi)]
@@ -261,7 +292,8 @@ def run(args) -> int:
         e_sem_err = [float(rows["e_semantic_err"][k]) for k in (lo, hi)]
         d_rs = [e_sem[k] - e_pos[k] for k in (lo, hi)]
         d_rs_err = [float(np.hypot(e_sem_err[k], e_pos_err[k])) for k in (lo, hi)]
-        corr = [de[a_lo], de[a_hi]]
+        sem = [de_sem.get(a, (0.0, 0.0)) for a in (a_lo, a_hi)]
+        corr = [(de[a][0] - s[0], float(np.hypot(de[a][1], s[1]))) for a, s in zip((a_lo, a_hi), sem)]
         d_1 = [d_rs[k] - corr[k][0] for k in (lo, hi)]
         d_1_err = [float(np.hypot(d_rs_err[k], corr[k][1])) for k in (lo, hi)]
         ac_rs, ac_rs_err = crossing(a_lo, a_hi, d_rs[0], d_rs[1], d_rs_err[0], d_rs_err[1])
@@ -271,9 +303,18 @@ def run(args) -> int:
         t = rs["thresholds"]
         ti = int(np.flatnonzero(np.isclose(np.asarray(t["omega"], float), omega))[0])
         row = dict(omega=omega, alpha_lo=a_lo, alpha_hi=a_hi, e_positional_rs_lo=e_pos[0], e_positional_rs_hi=e_pos[1],
-                   delta_e_rsb_lo=corr[0][0], delta_e_rsb_lo_err=corr[0][1], delta_e_rsb_hi=corr[1][0],
-                   delta_e_rsb_hi_err=corr[1][1], delta_test_error_rsb_lo=dt[a_lo], delta_test_error_rsb_hi=dt[a_hi],
-                   e_positional_1rsb_lo=e_pos[0] + corr[0][0], e_positional_1rsb_hi=e_pos[1] + corr[1][0],
+                   delta_e_rsb_lo=de[a_lo][0], delta_e_rsb_lo_err=de[a_lo][1], delta_e_rsb_hi=de[a_hi][0],
+                   delta_e_rsb_hi_err=de[a_hi][1], delta_test_error_rsb_lo=dt[a_lo], delta_test_error_rsb_hi=dt[a_hi],
+                   y_rsb_lo=ys_best[a_lo], y_rsb_hi=ys_best[a_hi],
+                   replicon_within_lo=float(reps[a_lo].within), replicon_within_hi=float(reps[a_hi].within),
+                   replicon_within_jump_lo=float(reps[a_lo].within_jump),
+                   replicon_within_jump_hi=float(reps[a_hi].within_jump),
+                   replicon_between_lo=float(reps[a_lo].between), replicon_between_hi=float(reps[a_hi].between),
+                   delta_e_semantic_lo=sem[0][0] if args.semantic else float("nan"),
+                   delta_e_semantic_lo_err=sem[0][1] if args.semantic else float("nan"),
+                   delta_e_semantic_hi=sem[1][0] if args.semantic else float("nan"),
+                   delta_e_semantic_hi_err=sem[1][1] if args.semantic else float("nan"),
+                   e_positional_1rsb_lo=e_pos[0] + de[a_lo][0], e_positional_1rsb_hi=e_pos[1] + de[a_hi][0],
                    e_semantic_rs_lo=e_sem[0], e_semantic_rs_hi=e_sem[1],
                    jump_semantic_lo=float(rows["replicon_jump_semantic"][0]),
                    jump_semantic_hi=float(rows["replicon_jump_semantic"][1]), alpha_c_rs=ac_rs,
@@ -296,13 +337,15 @@ def run(args) -> int:
             bracket = dict(omega=float(b.get("omega", 0.3)), alpha_c=float(ac["alpha_c"]),
                            alpha_c_err=float(ac.get("alpha_c_err") or 0.0))
     summary = dict(
-        what=("one-step RSB at zero temperature of the positional branch (ground state: Sigma = 0) against RS on the "
-              "same nested rule; delta e = e(1RSB) - e(RS) from the paired replicas, added to the RS diagram's "
-              "positional e_t; the semantic branch is taken RS (its jump mass at the two alphas is listed: RS is "
-              "exact for it only where that is zero); alpha_c linear between the two alphas of the RS grid"),
+        what=("one-step RSB at zero temperature of the positional branch against RS on the same nested rule: fixed-y "
+              "solves on the scan ys, the state of highest Phi standing for the ground state (Phi at its maximum "
+              "over y); delta e = Phi(1RSB) - Phi(RS) from the paired replicas, added to the RS diagram's "
+              "positional e_t; the semantic branch is taken RS unless semantic is true (its jump mass at the two "
+              "alphas is listed: RS is exact for it only where that is zero); the replicons of the chosen state; "
+              "alpha_c linear between the two alphas of the RS grid"),
         rule=dict(outer="scrambled Sobol over (xi, eta)", log2_n=args.log2_n, replicas=args.replicas,
                   inner="Gauss-Hermite over z", inner_order=args.inner_order),
-        starts=dict(ys=args.ys, delta0=args.delta0), max_iter=args.max_iter, rs_dir=args.rs_dir, config=cfg,
+        starts=dict(ys=args.ys, delta0=args.delta0), semantic=bool(args.semantic), max_iter=args.max_iter, rs_dir=args.rs_dir, config=cfg,
         thresholds=[{k: thresholds[k][i] for k in THRESHOLD_COLUMNS} for i in range(len(args.omegas))],
         bracket=bracket, seconds=round(time.time() - started, 1), run=dict(environment=flags.environment(),
                                                                            command=flags.command_line()))

@@ -13,6 +13,7 @@ from phasejax.theory.prox import closed_form_prox
 from phasejax.theory.rsb import (
     RSBConfig,
     attention_free,
+    attention_replicon,
     attention_rule,
     attention_state,
     dense_minima,
@@ -259,3 +260,39 @@ def test_attention_semantic_branch_at_large_alpha_is_rs():
     assert abs(float(res.energy) - float(rs.train_loss)) <= 2.0 * (float(res.energy_err) + first(rs.errors.train_loss))
     assert abs(float(res.q1) - q0) <= 2.0 * (float(res.q1_err) + first(rs.q_err) / 0.25)
     assert abs(float(res.u[4]) - th) <= 2.0 * (float(res.u_err[4]) + first(rs.theta_err) / 0.25)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The replicons of a 1RSB state
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_rsb_replicons_at_the_rs_point_are_the_rs_replicon():
+    """At `Delta = 0` the states' inner measure is one node, so both 1RSB replicons (within and between the states)
+    are the RS replicon. At `lambda = 0.1` (no node with two minima) they agree with `phasejax.theory.replicon`
+    (another rule: the RS default scheme, another code path: the RS engine's own prox starts and Jacobians) within
+    the quadrature errors, and the jump strength is zero."""
+    from phasejax.theory import solve_state_evolution
+    from phasejax.theory.quadrature import default_scheme
+    from phasejax.theory.replicon import replicon
+
+    p = make_params(1.5, 0.3, lam=0.1)
+    rs = solve_state_evolution(p, "positional")
+    ref = replicon(rs.overlaps, p, default_scheme(p), tie_width=1e-3)
+    q0, m, V0 = float(rs.overlaps.q0[0, 0]), float(rs.overlaps.m[0, 0]), float(rs.overlaps.V0[0, 0])
+    rule = attention_rule(p, log2_n=8, inner_order=3)
+    res = solve_rsb(p, attention_state(q0, 0.0, V0, m, 0.0, 1.0), mode="rs", rule=rule)
+    rep = attention_replicon(p, res, rule.rs())
+    assert res.status_name == "converged"
+    assert float(rep.within) == pytest.approx(float(rep.between), rel=1e-12)
+    tol = 2.0 * (float(rep.within_err) + float(ref.regular_err)) + 1e-9
+    assert abs(float(rep.within) - float(ref.regular)) <= tol
+    assert float(ref.regular) < 1.0 and float(ref.jump) == 0.0
+    assert abs(float(rep.within_jump)) < 1e-12 and float(rep.two_minima) == 0.0
+
+
+def test_replicon_rejects_a_bad_tie_width():
+    p = make_params(1.2, 0.3)
+    with pytest.raises(ValueError, match="tie_width"):
+        attention_replicon(p, None, None, tie_width=0.0)
