@@ -113,7 +113,7 @@ def _census(params, inits: BranchInit, scheme, config: SEConfig, approximation: 
     return FixedPointCensus(results=results, distinct=distinct, branch_index=branch, n_distinct=jnp.sum(distinct))
 
 
-census_jit = xla.jit(_census, static_argnames=("config", "approximation", "newton_too", "batch_size"))
+census_jit = xla.jit(_census, static_argnames=("config", "approximation", "newton_too", "batch_size"), store=True)
 
 
 @uses_float64

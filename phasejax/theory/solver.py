@@ -36,7 +36,7 @@ def _solve(params, init, scheme, config, approximation, kappa=None):
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
 
 
-solve_jit = xla.jit(_solve, static_argnames=("config", "approximation"))
+solve_jit = xla.jit(_solve, static_argnames=("config", "approximation"), store=True)
 
 
 def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig, approximation: MapApproximation):
@@ -44,7 +44,7 @@ def _solve_row(params, alphas, init: BranchInit, scheme, config: SEConfig, appro
     return continuation(params, alphas, init, scheme, config, approximation)[0]
 
 
-solve_row_jit = xla.jit(_solve_row, static_argnames=("config", "approximation"))
+solve_row_jit = xla.jit(_solve_row, static_argnames=("config", "approximation"), store=True)
 
 
 # ----------------------------------------------------------------------------
