@@ -10,7 +10,8 @@ JSON record; `phasejax bench-training` runs the training figure alone with every
 * `cold_solve`: one `solve_state_evolution` per subspace at `alpha = 1.5, omega = 0.3`: the first call
   of the figure (compilation included), then a second call at another alpha (after compilation).
 * `cached_solve`: the same cold solve in two fresh processes sharing a new persistent compilation cache: the
-  first compiles and stores the program, the second loads it (tracing and lowering still run).
+  first traces, compiles and stores the program (the lowered one in the cache's `phasejax-programs`, the
+  compiled one in JAX's cache), the second loads both (`phasejax.xla`: no tracing).
 * `warm_point`: one continuation row (`solve_along_alpha`, 8 alphas in [1.2, 1.9], `omega = 0.3`,
   positional) on its second call, per point.
 * `batch`: a 32-point continuation grid (`solve_state_evolution_grid`, 16 alphas in [0.5, 2] x omega in
@@ -282,8 +283,9 @@ print(json.dumps(dict(seconds=time.perf_counter() - t, status=res.status_name, i
 
 def cached_solve() -> dict:
     """One cold `solve_state_evolution` (positional, `alpha = 1.5, omega = 0.3`, default rule) in two fresh
-    processes sharing a new, empty persistent compilation cache: the first compiles and stores the program, the
-    second loads it (its seconds are tracing, lowering, loading and the solve)."""
+    processes sharing a new, empty persistent compilation cache: the first traces, compiles and stores the
+    program, the second loads it (its seconds are loading the lowered and the compiled program, and the
+    solve)."""
     with tempfile.TemporaryDirectory(prefix="phasejax-cache-") as cache:
         first = _fresh_process(_CACHED_SOLVE_CODE, cache)
         second = _fresh_process(_CACHED_SOLVE_CODE, cache)

@@ -31,6 +31,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("PHASEJAX_TE
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     _level = os.environ.get("PHASEJAX_TEST_XLA_OPT_LEVEL", "1")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_backend_optimization_level={_level}").strip()
+# and with the two options the theory's programs always use (`phasejax.xla.CPU_COMPILER_OPTIONS`: XLA's older CPU
+# fusion emitter, no expensive LLVM passes) for every program of the suite: the training programs of the sandbox
+# and empirics tests then compile in about three quarters of the CPU time (tests/tasks/test_induction.py: 80 -> 58
+# CPU seconds). PHASEJAX_TEST_XLA_OPT_LEVEL=2 leaves them out too.
+if os.environ.get("PHASEJAX_TEST_XLA_OPT_LEVEL", "1") != "2":
+    for _flag in ("xla_cpu_use_fusion_emitters=false", "xla_llvm_disable_expensive_passes=true"):
+        if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_flag}").strip()
 
 
 def pytest_unconfigure(config):

@@ -16,7 +16,8 @@ branch's invariant subspace are left out):
 
 Cases that fail on the current default are marked `xfail(strict=True)` with the measured numbers
 (`KNOWN_FAILURES`, per layout of the rule): the suite records the gap, and a case that starts to pass
-must have its mark removed. Under `-m slow` the same checks run on the other layout of the rule
+must have its mark removed. The default suite checks the points in `CORE`; under `-m slow` the other points
+run, and the same checks run on the other layout of the rule
 (`teacher_coordinates` flipped), and `test_certificate_references_are_reproducible` recomputes a reference.
 """
 
@@ -115,9 +116,25 @@ def _expect(request, solves, point_id, key, check):
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"measured ({solves['layout']} layout): {reason}"))
 
 
+# The points the default suite checks: both branches at both omegas, the semantic branch's edge (0.8) and its
+# collapse region (0.9 at omega = 0.3); the other certified points run under `-m slow`.
+CORE = ("semantic:0.8:0.0", "semantic:2.0:0.0", "positional:0.5:0.3", "positional:1.5:0.3", "semantic:0.9:0.3",
+        "semantic:1.1:0.3", "semantic:2.0:0.3")
+
+
+def _marks(point_id):
+    return () if point_id in CORE else (pytest.mark.slow,)
+
+
 def _cases():
-    return [pytest.param(ref["id"], key, id=f"{ref['id']}-{key}")
+    return [pytest.param(ref["id"], key, id=f"{ref['id']}-{key}", marks=_marks(ref["id"]))
             for ref in CERTIFIED for key in KEYS if key not in HELD[ref["branch"]]]
+
+
+def _selected_points(request) -> list:
+    """The certified points that the selected tests of this run check (all of them under `-m slow`)."""
+    ids = {item.callspec.params.get("point_id") for item in request.session.items if hasattr(item, "callspec")}
+    return [p for p in CERTIFIED if p["id"] in ids]
 
 
 def solve_defaults(points=CERTIFIED, quadrature=None):
@@ -146,7 +163,9 @@ def default_solves(request):
     scheme = default_scheme(make_params(1.0, 0.0))
     if request.param == "other":
         scheme = scheme.replace(teacher_coordinates=not scheme.teacher_coordinates)
-    return dict(solve_defaults(CERTIFIED, None if request.param == "default" else scheme), layout=_layout(scheme))
+    points = _selected_points(request)
+    return dict(solve_defaults(points, None if request.param == "default" else scheme) if points else {},
+                layout=_layout(scheme))
 
 
 def _index(tree, i):
@@ -160,6 +179,7 @@ def _ref(point_id):
 def test_certificate_covers_both_branches_and_the_collapse_region():
     ids = {p["id"] for p in CERTIFIED}
     assert len(CERTIFIED) >= 12
+    assert set(CORE) <= ids           # the default suite's points are certified ones
     for branch in ("positional", "semantic"):
         assert sum(p["branch"] == branch for p in CERTIFIED) >= 4, branch
     assert {p["rule"]["name"] for p in REFERENCES["points"]} == {"SobolRule"}
@@ -169,7 +189,7 @@ def test_certificate_covers_both_branches_and_the_collapse_region():
         assert (p["status"] == "converged") == (p["id"] in ids)
 
 
-@pytest.mark.parametrize("point_id", [p["id"] for p in CERTIFIED])
+@pytest.mark.parametrize("point_id", [pytest.param(p["id"], marks=_marks(p["id"])) for p in CERTIFIED])
 def test_default_converges_at_the_certified_points(request, default_solves, point_id):
     _expect(request, default_solves, point_id, "status", "status")
     got = default_solves[point_id]

@@ -307,6 +307,7 @@ def test_the_collapsed_semantic_branch_converges_onto_the_agnostic_fixed_point()
     assert _value(soft, "V") == pytest.approx(_value(agnostic, "V"), rel=5e-4)
 
 
+@pytest.mark.slow       # two compilations of the solver (about 50 s)
 def test_two_batchings_give_the_same_error_bars():
     """The error bars of a batch do not depend on how its points are grouped: one after the other (`lax.map`) or
     side by side (`vmap`). Every replica's layout is fixed by the rule (normals of one sign), so the two differ
