@@ -12,13 +12,14 @@ Two layers:
                    interpolation, the grid rule's own error), the independent rule's paired difference and its error,
                    the layer learned first, the learned layer's overlap at the second threshold, layer 1's threshold
                    at Q = 0, the draws used
-  convergence.csv  the rule study: each threshold at skips 0, 1, 4 with grid rules of several steps and Gauss-Hermite
-                   mixtures of several orders, paired against the finest grid
-  estimators.csv   the draws study: per-sample mean and spread of every estimator of M_l and E|g_l|^2
+  convergence.csv  the rule study (gpu preset; the CPU preset has no study skips): each threshold at skips 0, 1, 4
+                   with grid rules of several steps and independent rules of several orders (`independent_rule`),
+                   paired against the finest grid
+  estimators.csv   the draws study (gpu preset): per-sample mean and spread of every estimator of M_l and E|g_l|^2
   se.csv           per (skip, alpha): q1, q2 from the uninformative and an informative start (convergence test,
                    status), the exact fixed point of layer 2 with layer 1 held at zero, test error, free entropies
   amp.csv          per (skip, alpha, d, seed): AMP's overlaps and the SE's
-  thresholds.png, convergence.png, overlaps.png, amp.png, summary.json
+  thresholds.png, convergence.png (gpu preset), overlaps.png, amp.png, summary.json
 Three layers: `run_three`.
 """
 
@@ -57,7 +58,7 @@ class Preset:
     check_order: int = 32
     check_draws: int = 256
     max_check_draws: int = 1024
-    study_skips: tuple = (0.0, 1.0, 4.0)
+    study_skips: tuple = ()
     study_steps: tuple = (0.32, 0.24, 0.16)
     study_orders: tuple = (16, 32, 48)
     study_reference: float = 0.08
@@ -80,7 +81,7 @@ PRESETS = {
     "gpu": Preset(target=0.001, draws_first=65536, draws_second=65536, max_draws=1048576, rule_draws=2048,
                   check_order=96, check_draws=4096, max_check_draws=32768, study_steps=(0.32, 0.24, 0.16, 0.12),
                   study_orders=(16, 32, 64, 96), study_draws=2048, estimator_draws=65536, branch_draws=16384,
-                  amp_d=(1000, 2000, 4000, 8000), amp_seeds=5, se_skips=(0.5, 1.0, 2.0),
+                  study_skips=(0.0, 1.0, 4.0), amp_d=(1000, 2000, 4000, 8000), amp_seeds=5, se_skips=(0.5, 1.0, 2.0),
                   se_alphas=tuple(round(0.05 * k, 2) for k in range(1, 41)), se_order=32, se_draws=4096,
                   amp_alphas=(0.3, 0.45, 0.75, 1.2)),
 }
@@ -159,16 +160,18 @@ def convergence_table(results, preset: Preset, seed: int) -> dict:
     paired against the finest grid on the same draws."""
     import numpy as np
 
-    from phasejax.depth import check_first, check_second, grid_rule, rule_for, se_draws
+    from phasejax.depth import check_first, check_second, se_draws
+    from phasejax.depth.se import independent_rule
+    from phasejax.depth.thresholds import threshold_grid
 
     rows = []
-    reference = grid_rule(preset.study_reference)
     for lt in results:
         if not np.any(np.isclose(lt.skip, preset.study_skips)):
             continue
         draws = se_draws(preset.study_draws, seed + 5)
-        rules = [("grid", h, grid_rule(h)) for h in preset.study_steps]
-        rules += [("mixture", k, rule_for(k, lt.skip)) for k in preset.study_orders]
+        reference = threshold_grid(preset.study_reference, lt.skip)
+        rules = [("grid", h, threshold_grid(h, lt.skip)) for h in preset.study_steps]
+        rules += [("mixture", k, independent_rule(k, lt.skip)) for k in preset.study_orders]
         for kind, param, rule in rules:
             for which in ("first", "second"):
                 t0 = time.perf_counter()
@@ -178,7 +181,7 @@ def convergence_table(results, preset: Preset, seed: int) -> dict:
                 else:
                     res = check_second(lt.skip, lt.second, draws, reference, rule)
                     layer = 2 - lt.first_layer
-                nodes = rule.size if kind == "grid" else int(rule.nodes.shape[0])
+                nodes = rule.size if hasattr(rule, "size") else int(rule.nodes.shape[0])
                 rows.append(dict(skip=lt.skip, threshold=f"alpha_{layer}", rule=kind, step_or_order=param,
                                  nodes_per_component=nodes, reference=float(res.primary), value=float(res.other),
                                  difference=float(res.difference), difference_se=float(res.difference_se),
@@ -327,7 +330,7 @@ def run(args) -> int:
 class ThreePreset:
     """What `phasejax depth --layers 3` computes: thresholds at `skips` (`phasejax.depth.ThreeSettings` from the
     rule orders and draws below), SE curves at `se_skip` over `se_alphas` (rule `se_outer`, `se_inner`, `se_draws`
-    draws), and AMP at `amp_alphas`, `amp_d`, `amp_seeds` with the SE's rule."""
+    draws), and AMP at `amp_alphas`, `amp_d`, `amp_seeds` with the SE's rule, at most `amp_iterations` steps."""
 
     skips: tuple = (0.5, 1.0, 2.0)
     outer_order: int = 4
@@ -343,9 +346,10 @@ class ThreePreset:
     se_outer: int = 4
     se_inner: int = 6
     se_draws: int = 128
-    amp_alphas: tuple = (0.5, 1.6)
+    amp_alphas: tuple = (0.5, 0.8, 1.6)
     amp_d: tuple = (1000,)
-    amp_seeds: int = 2
+    amp_seeds: int = 3
+    amp_iterations: int = 100
 
 
 THREE_PRESETS = {
@@ -442,7 +446,7 @@ def three_amp_table(preset: ThreePreset, se: dict, seed: int) -> dict:
                 key = jax.random.PRNGKey(1000 * seed + 7 * s + d + 3)
                 data = sample_data(key, d, a, c, layers=3)
                 res = run_amp(data, c, jax.random.fold_in(key, 1), q_init=0.1, m_init=0.1, rule=rule,
-                              max_iterations=60)
+                              max_iterations=preset.amp_iterations)
                 row = dict(skip=c, alpha=a, d=d, seed=s)
                 for k in range(3):
                     row[f"m{k + 1}"] = float(res.m[k])

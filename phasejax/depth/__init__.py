@@ -2,7 +2,8 @@
 
 `model`: the network, its sequence multi-index form and the channel inverse;
 `posterior`: the posterior of two layers' projections given the sequence index, by a
-Gauss-Hermite mixture and by a graded trapezoidal grid; `se`: Bayes-optimal state
+Gauss-Hermite mixture, by a graded trapezoidal grid, and (small skips) by a product rule along and across the
+diagonal; `se`: Bayes-optimal state
 evolution of the two-layer model (float64, jittable, with `phasejax.solvers.Status`),
 continuation in alpha, free entropy, test error; `thresholds`: weak-recovery thresholds
 per layer (linear stability, the bound `1 / (T^2 + T)`, control-variate estimators) and
@@ -20,9 +21,11 @@ from phasejax.depth.model import (
     sequence_index_from_output,
 )
 from phasejax.depth.posterior import (
+    DiagonalRule,
     GridRule,
     InnerRule,
     Posterior,
+    diagonal_rule,
     gaussian_posterior,
     grid_rule,
     inner_rule,
@@ -35,6 +38,7 @@ from phasejax.depth.se import (
     bayes_test_error,
     continuation,
     free_entropy,
+    independent_rule,
     moments_unlearned_first,
     outer_moments,
     rule_for,
@@ -67,6 +71,7 @@ from phasejax.depth.thresholds import (
     learned_branch,
     nishimori_mean,
     second_threshold,
+    threshold_grid,
     uninformed_thresholds,
 )
 
@@ -75,6 +80,7 @@ __all__ = [
     "BranchScan",
     "DepthData",
     "DepthSEResult",
+    "DiagonalRule",
     "GridRule",
     "InnerRule",
     "LayerThresholds",
@@ -94,10 +100,12 @@ __all__ = [
     "check_first",
     "check_second",
     "continuation",
+    "diagonal_rule",
     "estimator_study",
     "free_entropy",
     "gaussian_posterior",
     "grid_rule",
+    "independent_rule",
     "inner_rule",
     "layer_thresholds",
     "learned_branch",
@@ -120,6 +128,7 @@ __all__ = [
     "shared_grid_posterior",
     "solve_se",
     "third_threshold",
+    "threshold_grid",
     "three_rule",
     "three_thresholds",
     "uninformed_thresholds",

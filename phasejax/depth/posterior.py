@@ -1,4 +1,4 @@
-"""Posterior of two layers' projections given the sequence index, by two independent rules (docs/depth.md, section 2).
+"""Posterior of two layers' projections given the sequence index, by independent rules (docs/depth.md, section 2).
 
 For `T = 2` tokens the output reveals the sequence index `u (T,)` up to its sign, and
 `u = A(h) w` with `A(h) = c I + softmax(h h^T)` (`phasejax.depth.model.mixing_matrix`).
@@ -11,7 +11,7 @@ For the two-layer model `h = z_1`, `w = z_2` with `C = V I`; for three layers th
 two layers given the first one's projection are this problem with `h = P z_2`,
 `w = P z_3`, `P = A(z_1)` (`readout = P^{-1}` maps the moments back to `z`).
 
-Two rules integrate over `h`:
+Three rules integrate over `h`:
 
 * `InnerRule`: Gauss-Hermite nodes in a defensive mixture (balance-heuristic importance
   weights). Components: the prior; for each sign of `u`, Gaussians at the two preimages
@@ -24,8 +24,13 @@ Two rules integrate over `h`:
   the diagonal and graded across it (`delta = beta sinh(t)`, uniform in `t`), so it resolves
   the strip at every scale. No proposal, nothing adapted to the data; spectrally accurate
   for the smooth integrand while the grid step resolves the ridge. Used for the thresholds.
+* `DiagonalRule`, for small skips: Gauss-Hermite along the diagonal times Gauss-Legendre in `log|delta|` across
+  it, from below the wall where `A(h)^{-1} u` leaves the prior of `w` to the prior's tail. At `c = 0` the strip of
+  the mixture does not converge (its estimates move by O(1) between orders 32, 64 and 128 on some samples); in
+  `log|delta|` the wall is smooth and this rule converges with its order. The independent rule of the
+  thresholds below `phasejax.depth.se.STRIP_SKIP`.
 
-Both return `Posterior` (mean, second and fourth moments per layer, log evidence); the
+All three return `Posterior` (mean, second and fourth moments per layer, log evidence); the
 tests compare them against each other and against closed forms.
 """
 
@@ -99,6 +104,70 @@ def grid_rule(step: float = 0.08, box: float = 8.0, grading: float = 0.01) -> Gr
     n = int(np.ceil(t_max / step))
     t = step * np.arange(-n, n + 1)
     return GridRule(s=jnp.asarray(s), t=jnp.asarray(t), step=float(step), box=float(box), grading=float(grading))
+
+
+@struct.dataclass
+class DiagonalRule:
+    """Product rule in coordinates along and across the diagonal, for small skips (`c < STRIP_SKIP` of
+    `phasejax.depth.se`), where `A(h)` is singular on the diagonal: Gauss-Hermite `s_nodes (Ks,)`,
+    `s_log_weights (Ks,)` for the prior along it, Gauss-Legendre `t_nodes (Kt,)`, `t_log_weights (Kt,)` on
+    `[-1, 1]` in `log|delta|` across it, on both sides. The `log|delta|` interval runs from below the wall where
+    `A(h)^{-1} u` leaves the prior of `w` (`_diagonal_interval`) to `box` (static) prior standard deviations."""
+
+    s_nodes: Array
+    s_log_weights: Array
+    t_nodes: Array
+    t_log_weights: Array
+    box: float = struct.field(pytree_node=False, default=10.0)
+
+    @property
+    def size(self) -> int:
+        return 2 * int(self.s_nodes.shape[0]) * int(self.t_nodes.shape[0])
+
+
+def diagonal_rule(order: int = 64, order_across: int | None = None, box: float = 10.0) -> DiagonalRule:
+    """`DiagonalRule` with `order` Gauss-Hermite nodes along the diagonal and `order_across` (default `order`)
+    Gauss-Legendre nodes in `log|delta|` on each side of it."""
+    for name, v in (("order", order), ("order_across", order if order_across is None else order_across)):
+        if isinstance(v, bool) or int(v) != v or v < 2:
+            raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
+    if not np.isfinite(box) or box <= 0:
+        raise ValueError(f"box must be a positive number, got {box!r}")
+    x, w = np.polynomial.hermite_e.hermegauss(int(order))
+    t, v = np.polynomial.legendre.leggauss(int(order if order_across is None else order_across))
+    return DiagonalRule(s_nodes=jnp.asarray(x), s_log_weights=jnp.log(jnp.asarray(w / w.sum())),
+                        t_nodes=jnp.asarray(t), t_log_weights=jnp.log(jnp.asarray(v)), box=float(box))
+
+
+def _diagonal_interval(u, mu_a, sd_d, mu_b, chol_b, box):
+    """`[t_lo, t_hi]` in `log|delta|`: at a distance `delta` from the diagonal the smaller eigenvalue of
+    `softmax(h h^T)`'s `1 - p - r` is at most `delta^2 / 2`, so `|A(h)^{-1} u| >= 2 |u_d| / delta^2`, which is
+    8 prior standard deviations of `w` beyond its mean below `t_lo` (1.5 more of margin); `t_hi` covers `box`
+    standard deviations of the prior of `h` across the diagonal."""
+    u_d = jnp.abs(jnp.dot(_E_D, u))
+    reach = jnp.sqrt(jnp.sum(mu_b**2)) + 8.0 * jnp.sqrt(jnp.trace(chol_b @ chol_b.T))
+    t_lo = 0.5 * jnp.log(jnp.maximum(2.0 * u_d / reach, 1e-280)) - 1.5
+    t_hi = jnp.log(jnp.abs(jnp.dot(_E_D, mu_a)) + box * sd_d)
+    return jnp.minimum(t_lo, t_hi - 1.0), t_hi
+
+
+def _diagonal(u, mu_a, cov_a, chol_a, mu_b, chol_b, skip, rule: DiagonalRule, readout) -> Posterior:
+    mu_s = jnp.dot(_E_S, mu_a)
+    sd_s = jnp.sqrt(_E_S @ cov_a @ _E_S)
+    sd_d = jnp.sqrt(_E_D @ cov_a @ _E_D)
+    t_lo, t_hi = _diagonal_interval(u, mu_a, sd_d, mu_b, chol_b, rule.box)
+    half = 0.5 * (t_hi - t_lo)
+    t = t_lo + half * (rule.t_nodes + 1.0)
+    delta = jnp.exp(t)
+    s = mu_s + sd_s * rule.s_nodes
+    # measure: ds = sd_s dx / phi(x) against the Gauss-Hermite weights; d delta = delta dt, dt = half dv
+    log_s = rule.s_log_weights + 0.5 * rule.s_nodes**2 + 0.5 * jnp.log(2 * jnp.pi) + jnp.log(sd_s)
+    log_t = rule.t_log_weights + jnp.log(half) + t
+    S, D = jnp.meshgrid(s, delta, indexing="ij")
+    LS, LT = jnp.meshgrid(log_s, log_t, indexing="ij")
+    S, D, L = S.reshape(-1), D.reshape(-1), (LS + LT).reshape(-1)
+    h = jnp.concatenate([S[:, None] * _E_S + D[:, None] * _E_D, S[:, None] * _E_S - D[:, None] * _E_D])
+    return _moments(jnp.concatenate([L, L]), h, u, mu_a, chol_a, mu_b, chol_b, skip, readout)
 
 
 class Posterior(NamedTuple):
@@ -271,7 +340,9 @@ def gaussian_posterior(u: Array, mu_a: Array, cov_a: Array, mu_b: Array, cov_b: 
         return _grid(u, mu_a, cov_a, chol_a, mu_b, chol_b, skip, rule, readout)
     if isinstance(rule, InnerRule):
         return _mixture(u, mu_a, cov_a, chol_a, mu_b, cov_b, chol_b, skip, rule, readout, ridge)
-    raise TypeError(f"rule must be an InnerRule or a GridRule, got {type(rule).__name__}")
+    if isinstance(rule, DiagonalRule):
+        return _diagonal(u, mu_a, cov_a, chol_a, mu_b, chol_b, skip, rule, readout)
+    raise TypeError(f"rule must be an InnerRule, a GridRule or a DiagonalRule, got {type(rule).__name__}")
 
 
 def posterior(u: Array, omega: Array, V: Array, skip, rule, ridge: bool = True) -> Posterior:

@@ -49,7 +49,9 @@ from phasejax.depth.se import (
     InnerRule,
     continuation,
     free_entropy,
+    STRIP_SKIP,
     grid_rule,
+    independent_rule,
     moments_unlearned_first,
     outer_moments,
     rule_for,
@@ -62,6 +64,17 @@ Array = jax.Array
 
 JACKKNIFE_BLOCKS = 32
 """Blocks of draws for the jackknife errors of the thresholds."""
+
+
+SMALL_SKIP_GRADING = 1e-4
+"""The grid's grading below `STRIP_SKIP`: at `c = 0` the posterior of `z_1` vanishes within `sqrt(2 |u_d|)` of the
+diagonal (`u_d` the sequence index across it), and the default grading `0.01` does not resolve that for
+`|u_d| < 2e-4`, where a finer grading and the `DiagonalRule` agree (docs/depth.md, section 3)."""
+
+
+def threshold_grid(step: float, skip) -> GridRule:
+    """The graded grid of `step` for the thresholds at `skip` (`SMALL_SKIP_GRADING` below `STRIP_SKIP`)."""
+    return grid_rule(step, grading=SMALL_SKIP_GRADING) if skip < STRIP_SKIP else grid_rule(step)
 
 
 def nishimori_mean(teacher, posterior) -> tuple[float, float, float]:
@@ -155,11 +168,11 @@ def _check_skip(skip):
 def uninformed_thresholds(skip, draws: Draws | None = None, rule=None) -> Thresholds:
     """`alpha_l^0 = 1 / M_l` from the linear stability of `Q = 0` (module docstring), with Monte Carlo errors.
 
-    `rule`: a `GridRule` (default `grid_rule(0.16)`) or an `InnerRule`; for three layers (`draws` of three layers)
+    `rule`: a `GridRule` (default `threshold_grid(0.16, skip)`) or an `InnerRule`; for three layers (`draws` of three layers)
     a `phasejax.depth.three.ThreeRule`."""
     _check_skip(skip)
     draws = se_draws(4096) if draws is None else draws
-    rule = grid_rule(0.16) if rule is None else rule
+    rule = threshold_grid(0.16, skip) if rule is None else rule
     layers = draws.xi.shape[1]
     m = _moments(np.zeros(layers), skip, draws, rule)
     out = [nishimori_mean(m.M_teacher[:, l], m.M_posterior[:, l]) for l in range(layers)]
@@ -277,7 +290,7 @@ def second_threshold(skip, learned: int = 1, draws: Draws | None = None, rule=No
 
     A pilot scan over `pilot_V` (with `pilot_draws`, `pilot_rule`) finds, among the other layers, the one whose
     growth factor reaches one first, and brackets its crossing; the final three points at
-    `V* exp(-spread, 0, spread)` use `draws` and `rule` (default `grid_rule(0.16)`; for three layers, draws of three
+    `V* exp(-spread, 0, spread)` use `draws` and `rule` (default `threshold_grid(0.16, skip)`; for three layers, draws of three
     layers and a `ThreeRule` for all four arguments). The learned layer's overlap at every point is an exact fixed
     point of the map (module docstring).
     """
@@ -288,9 +301,9 @@ def second_threshold(skip, learned: int = 1, draws: Draws | None = None, rule=No
         raise ValueError(f"learned must be a layer index in [0, {layers}), got {learned}")
     if not 0 < spread < 1:
         raise ValueError(f"spread must be in (0, 1), got {spread}")
-    rule = grid_rule(0.16) if rule is None else rule
+    rule = threshold_grid(0.16, skip) if rule is None else rule
     pilot_draws = se_draws(2048, seed=2) if pilot_draws is None else pilot_draws
-    pilot_rule = grid_rule(0.24) if pilot_rule is None else pilot_rule
+    pilot_rule = threshold_grid(0.24, skip) if pilot_rule is None else pilot_rule
     others = [l for l in range(layers) if l != learned]
     Vp = np.asarray(pilot_V, np.float64)
     a, b = _point_means(Vp, learned, skip, pilot_draws, pilot_rule, others)
@@ -435,7 +448,8 @@ class ThresholdSettings:
     `draws_second` and are raised in proportion to the squared error ratio (the second threshold's up to `RAISES`
     times, until its error is below the target), up to `max_draws`.
     `step`: the grid rule's step (`grid_rule`); its error is measured against `step / 2` on `rule_draws` draws.
-    `check_order`: the Gauss-Hermite mixture (`rule_for`) that recomputes both thresholds on `check_draws` draws
+    `check_order`: the independent rule (`independent_rule`: the Gauss-Hermite mixture, the `DiagonalRule` below
+    `STRIP_SKIP`) that recomputes both thresholds on `check_draws` draws
     (paired), raised like the others until the paired difference's error is below `target / 2`.
     `pilot_draws`, `pilot_step`: the pilot scan of `second_threshold`. `seed`: of all draws.
     """
@@ -499,8 +513,8 @@ def layer_thresholds(skip, settings: ThresholdSettings = ThresholdSettings()) ->
     """Both layers' thresholds at one skip strength, with their errors and the independent rule's check."""
     _check_skip(skip)
     st = settings
-    grid, fine = grid_rule(st.step), grid_rule(st.step / 2)
-    other_rule = rule_for(st.check_order, skip)
+    grid, fine = threshold_grid(st.step, skip), threshold_grid(st.step / 2, skip)
+    other_rule = independent_rule(st.check_order, skip)
     n = st.draws_first
     first = uninformed_thresholds(skip, se_draws(n, st.seed), grid)
     layer = int(np.argmin(first.alpha0))
@@ -508,7 +522,7 @@ def layer_thresholds(skip, settings: ThresholdSettings = ThresholdSettings()) ->
     if n_more > n:
         first = uninformed_thresholds(skip, se_draws(n_more, st.seed), grid)
     pilot = se_draws(st.pilot_draws, st.seed + 1)
-    pilot_rule = grid_rule(st.pilot_step)
+    pilot_rule = threshold_grid(st.pilot_step, skip)
     n = st.draws_second
     second = second_threshold(skip, layer, se_draws(n, st.seed + 2), grid, pilot_draws=pilot, pilot_rule=pilot_rule)
     for _ in range(RAISES):  # the jackknife error is itself an estimate: raise until it is below the target
@@ -540,7 +554,7 @@ def estimator_study(skip, q, draws: Draws, rule=None) -> dict:
     layers at zero (`direct`, `teacher`, `posterior`, `combined`: `nishimori_mean`) and `E|g_l|^2` of the others
     (`direct`, `nishimori`). Returns `{(quantity, estimator): (mean, std)}` with quantity `M_1`, `M_2`, `g2_1`, `g2_2`."""
     _check_skip(skip)
-    rule = grid_rule(0.16) if rule is None else rule
+    rule = threshold_grid(0.16, skip) if rule is None else rule
     q = np.asarray(q, np.float64)
     m = _moments(q, skip, draws, rule)
     out = {}
@@ -567,7 +581,7 @@ def learned_branch(skip, V, learned: int = 1, draws: Draws | None = None, rule=N
     exact fixed point of the map on these draws; `q(alpha)` follows by interpolation where `alpha*` increases."""
     _check_skip(skip)
     draws = se_draws(4096, seed=5) if draws is None else draws
-    rule = grid_rule(0.16) if rule is None else rule
+    rule = threshold_grid(0.16, skip) if rule is None else rule
     V = np.asarray(V, np.float64)
     a, _ = _point_means(V, learned, skip, draws, rule, [])
     mean = a.mean(-1)
