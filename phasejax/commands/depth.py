@@ -458,6 +458,29 @@ def three_amp_table(preset: ThreePreset, se: dict, seed: int) -> dict:
     return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
 
 
+def three_se_at_steps(preset: ThreePreset, amp: dict, seed: int) -> dict:
+    """`amp` (`three_amp_table`) with the SE's overlaps after as many steps as each AMP run took, from AMP's start
+    (`q = 0.1` on every layer, the Nishimori line of `m_init = q_init = 0.1`): columns `se_t_q1..3`. AMP tracks the
+    SE step by step, so a run stopped before its fixed point is compared with the SE at the same step."""
+    import numpy as np
+
+    from phasejax.depth import se_draws, solve_se, three_rule
+
+    c = preset.se_skip
+    draws = se_draws(preset.se_draws, seed + 2, layers=3)
+    rule = three_rule(preset.se_outer, preset.se_inner)
+    out = {k: np.asarray(v) for k, v in amp.items()}
+    cols = np.full((len(out["alpha"]), 3), np.nan)
+    for a in np.unique(out["alpha"]):
+        for steps in np.unique(out["iterations"][out["alpha"] == a]):
+            res = solve_se(float(a), c, q0=(0.1, 0.1, 0.1), draws=draws, rule=rule, tol=1e-4,
+                           max_iterations=int(steps))
+            cols[(out["alpha"] == a) & (out["iterations"] == steps)] = np.asarray(res.q)
+    for k in range(3):
+        out[f"se_t_q{k + 1}"] = cols[:, k]
+    return out
+
+
 def run_three(args) -> int:
     """`phasejax depth --layers 3`: thresholds.csv, se.csv, amp.csv, thresholds.png, overlaps.png, summary.json."""
     from tqdm import tqdm
@@ -484,7 +507,7 @@ def run_three(args) -> int:
     amp = None
     if not args.no_amp:
         t0 = time.perf_counter()
-        amp = three_amp_table(preset, se, args.seed)
+        amp = three_se_at_steps(preset, three_amp_table(preset, se, args.seed), args.seed)
         timings["amp_s"] = time.perf_counter() - t0
         paths.append(write_csv(os.path.join(args.out, "amp.csv"), amp))
     paths.append(plot_three_overlaps(se, th, amp, os.path.join(args.out, "overlaps.png")))

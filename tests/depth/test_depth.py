@@ -73,6 +73,33 @@ def test_posterior_rules_agree():
             np.testing.assert_allclose(a.log_evidence, b.log_evidence, atol=1e-2)
 
 
+def test_diagonal_rule_agrees_with_the_graded_grid_at_skip_zero():
+    """At c = 0, A(z_1) is singular on the diagonal and the posterior of z_1 vanishes within ~sqrt(2 |u_d|) of it
+    (u_d: the sequence index across the diagonal). The product rule along and across the diagonal (Gauss-Hermite x
+    Gauss-Legendre in log|delta|) and the graded grid (trapezoidal, sinh-graded) share no node; they agree on the
+    moments and the evidence at Q = 0 and on the ridge (V_2 = 0.07), also for a sample with |u_d| ~ 1e-5."""
+    from phasejax.depth import diagonal_rule
+
+    with float64_scope():
+        rng = np.random.default_rng(41)
+        skip = 0.0
+        for V in ([1.0, 1.0], [1.0, 0.07]):
+            V = jnp.asarray(V)
+            om = jnp.sqrt(1 - V)[None, :, None] * rng.standard_normal((4, 2, 2))
+            u = sequence_index(om + jnp.sqrt(V)[None, :, None] * rng.standard_normal((4, 2, 2)), skip)
+            u = u.at[0].set(jnp.asarray([0.6, 0.60002]))  # next to the diagonal
+
+            def both(u, om):
+                return (posterior(u, om, V, skip, diagonal_rule(96)),
+                        posterior(u, om, V, skip, grid_rule(0.08, grading=1e-4)))
+
+            a, b = jax.jit(jax.vmap(both))(u, om)
+            np.testing.assert_allclose(a.log_evidence, b.log_evidence, atol=2e-3)
+            np.testing.assert_allclose(a.mean, b.mean, atol=2e-3)
+            np.testing.assert_allclose(a.second, b.second, atol=5e-3, rtol=1e-3)
+            np.testing.assert_allclose(a.fourth, b.fourth, atol=2e-2, rtol=1e-3)
+
+
 def test_one_layer_reduction_against_closed_form():
     """With layer 1 known (q_1 -> 1) the output reveals +-z_2: the posterior of z_2 sits on the two points
     +-z_2 with weights N(+-z_2; omega_2, V_2), so E[z_2] = z_2 tanh(omega_2 . z_2 / V_2), and at q_2 = 0 the

@@ -24,7 +24,7 @@ def _committed():
                            for r in rows]) for k in rows[0]}
 
 
-@pytest.mark.parametrize("skip", [1.0, 4.0])
+@pytest.mark.parametrize("skip", [1.0, pytest.param(4.0, marks=pytest.mark.slow)])
 def test_control_variates_respect_the_bound_and_estimate_the_same_mean(skip):
     """At Q = 0 the three estimators of M_2 (direct, teacher control variate, its posterior expectation) have one
     mean; the last two never exceed T^2 + T sample by sample, and their combination has a smaller spread."""
@@ -52,6 +52,29 @@ def test_committed_thresholds_respect_the_bound_with_small_confirmed_errors():
         diff, se = th[f"alpha_{layer}_check_diff"], th[f"alpha_{layer}_check_se"]
         assert np.all(np.abs(diff) <= err + 3 * se), (layer, diff, se, err)
     assert np.all(th["first_layer"] == 2)
+
+
+def test_committed_thresholds_cover_the_skip_grid_of_the_command():
+    """`thresholds.csv` holds every skip strength of `phasejax depth`'s grid, from 0 to 4, in order."""
+    from phasejax.commands.depth import SKIP_GRID
+
+    np.testing.assert_array_equal(_committed()["skip"], np.asarray(SKIP_GRID))
+
+
+@pytest.mark.slow
+def test_committed_threshold_at_skip_zero_recomputed_with_the_diagonal_rule():
+    """At c = 0 (A(z_1) singular on the diagonal), from fresh draws and the diagonal product rule instead of the
+    graded grid: alpha_2 = 1 / M_2 at Q = 0 agrees with the committed value within the errors."""
+    from phasejax.depth import diagonal_rule
+
+    th = _committed()
+    assert th["skip"][0] == 0.0
+    with float64_scope():
+        m0 = outer_moments(jnp.zeros(2), 0.0, se_draws(1024, seed=29), diagonal_rule(96))
+        M2, M2_se, _ = nishimori_mean(m0.M_teacher[:, 1], m0.M_posterior[:, 1])
+        assert M2 <= BOUND
+        a2, a2_se = 1 / M2, M2_se / M2**2
+        assert abs(a2 - th["alpha_2"][0]) < 4 * np.hypot(a2_se, th["alpha_2_err"][0]), (a2, a2_se)
 
 
 def test_committed_thresholds_recomputed_with_an_independent_rule():
