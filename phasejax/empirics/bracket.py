@@ -43,9 +43,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phasejax.empirics.data import cast_params, check_positive_int, generate_data, run_keys, sample_count
+from phasejax.empirics.data import cast_params, check_positive_int, checked_size, generate_data, run_keys, sample_count
 from phasejax.empirics.metrics import _gauss_hermite_in, classify_solution
 from phasejax.empirics.replicas import LanczosResult, hessian_vector_product, lanczos_min_eig, replica_init
+from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
@@ -348,9 +349,7 @@ class BracketGrid:
         if len(set(datasets)) != len(datasets):
             raise ValueError(f"datasets must not repeat an index, got {self.datasets!r}")
         object.__setattr__(self, "datasets", tuple(int(s) for s in datasets))
-        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
-        for a in self.alphas:
-            sample_count(a, self.d)
+        object.__setattr__(self, "d", checked_size(self.alphas, self.d))   # alpha d >= 1 at every alpha
 
     @property
     def n_max(self) -> int:
@@ -427,10 +426,7 @@ def bracket_sweep(grid: BracketGrid, params: TiedAttentionParams | None = None, 
 
     cfg = dict(kind="bracket_sweep", grid=grid.to_json(), restarts=restarts, train=dataclasses.asdict(config),
                noise=float(noise), lanczos_steps=lanczos_steps, dtype=str(np.dtype(dtype)),
-               omega=float(np.asarray(params.omega)), lam=float(np.asarray(params.lam)),
-               sigma=np.asarray(params.sigma).tolist(), A=np.asarray(params.A).tolist(),
-               C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
-               student_fn=params.student)
+               omega=float(np.asarray(params.omega)), **problem_config(params))
     tasks = grid.tasks()
     with dtype_scope(dtype):
         out = run_chunked(fn, tasks, canonical_config(cfg), options)

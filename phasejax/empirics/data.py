@@ -117,6 +117,15 @@ def sample_count(alpha: float, d: int) -> int:
     return n
 
 
+def checked_size(alphas, d) -> int:
+    """`d` checked as a positive integer at which every `alpha` of a grid gives at least one sample
+    (`sample_count`); returns it as an `int`."""
+    d = check_positive_int(d, "d")
+    for a in alphas:
+        sample_count(a, d)
+    return d
+
+
 def standard_normal(key: Array, shape: tuple, dtype=jnp.float32) -> Array:
     """iid `N(0, 1)` entries drawn in float32 and returned in `dtype`.
 

@@ -43,9 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.empirics.data import cast_params, check_positive_int, generate_data, run_keys, sample_count
+from phasejax.empirics.data import cast_params, check_positive_int, checked_size, generate_data, run_keys, sample_count
 from phasejax.empirics.metrics import classify_solution
 from phasejax.empirics.students import positional_init, semantic_init
+from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.solvers import Status
@@ -334,9 +335,7 @@ class ReplicaGrid:
         if not np.isfinite(self.omega) or not 0.0 <= float(self.omega) <= 1.0:
             raise ValueError(f"omega must lie in [0, 1], got omega={self.omega!r}")
         object.__setattr__(self, "omega", float(f"{float(self.omega):.12g}"))
-        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
-        for a in self.alphas:
-            sample_count(a, self.d)
+        object.__setattr__(self, "d", checked_size(self.alphas, self.d))   # alpha d >= 1 at every alpha
 
     @property
     def n_max(self) -> int:
@@ -393,9 +392,7 @@ def replica_sweep(grid: ReplicaGrid, params: TiedAttentionParams | None = None, 
 
     cfg = dict(kind="replica_sweep", grid=grid.to_json(), train=dataclasses.asdict(config), noise=float(noise),
                lanczos_steps=lanczos_steps, long_steps=int(long_steps), dtype=str(np.dtype(dtype)),
-               sigma=np.asarray(params.sigma).tolist(), A=np.asarray(params.A).tolist(),
-               C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
-               student_fn=params.student)
+               **{k: v for k, v in problem_config(params).items() if k != "lam"})    # lam: one per task
     tasks = grid.tasks()
     with dtype_scope(dtype):
         out = run_chunked(fn, tasks, canonical_config(cfg), options)

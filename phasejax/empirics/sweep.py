@@ -33,6 +33,7 @@ from flax import nnx
 from phasejax.empirics.data import (
     cast_params,
     check_positive_int,
+    checked_size,
     generate_data,
     overlaps,
     run_keys,
@@ -133,9 +134,7 @@ class TrainingGrid:
         if bad or not inits:
             raise ValueError(f"inits must be names from {INITS} (a name or a sequence of names), got {self.inits!r}")
         object.__setattr__(self, "inits", inits)
-        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
-        for a in self.alphas:
-            sample_count(a, self.d)   # alpha > 0 and alpha d >= 1
+        object.__setattr__(self, "d", checked_size(self.alphas, self.d))   # alpha d >= 1 at every alpha
         w = np.asarray(self.omegas)
         if np.any((w < 0) | (w > 1)):
             raise ValueError(f"omega values must lie in [0, 1], got omegas={self.omegas}")

@@ -44,6 +44,7 @@ from flax import nnx
 from phasejax.empirics.data import (
     cast_params,
     check_positive_int,
+    checked_size,
     generate_data,
     overlaps,
     run_keys,
@@ -53,6 +54,7 @@ from phasejax.empirics.data import (
 )
 from phasejax.empirics.metrics import classify_solution, fresh_test_error
 from phasejax.empirics.students import init_weights
+from phasejax.empirics.sweep import problem_config
 from phasejax.empirics.training import TrainConfig, minimize
 from phasejax.extensions._figures import draw_band
 from phasejax.extensions._presets import ExtensionPreset, ExtensionRun, alpha_range
@@ -246,9 +248,7 @@ class ValueGrid:
             if not v or any(i not in allowed for i in v) or len(set(v)) != len(v):
                 raise ValueError(f"{name} must be distinct names from {allowed}, got {getattr(self, name)!r}")
             object.__setattr__(self, name, v)
-        object.__setattr__(self, "d", check_positive_int(self.d, "d"))
-        for a in self.alphas:
-            sample_count(a, self.d)
+        object.__setattr__(self, "d", checked_size(self.alphas, self.d))   # alpha d >= 1 at every alpha
 
     @property
     def n_max(self) -> int:
@@ -278,10 +278,6 @@ def make_value_fn(grid: ValueGrid, params: TiedAttentionParams, **kwargs):
     return fn
 
 
-def _problem_config(params: TiedAttentionParams) -> dict:
-    return dict(sigma=np.asarray(params.sigma).tolist(), lam=float(np.asarray(params.lam)),
-                A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
-                target=params.target, student_fn=params.student)
 
 
 def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, value_rank: int = 1,
@@ -320,7 +316,7 @@ def value_sweep(grid: ValueGrid, params: TiedAttentionParams | None = None, *, v
     cfg = dict(kind="value_sweep", grid=grid.to_json(), value_rank=int(value_rank), value_lam=float(value_lam),
                train=dataclasses.asdict(config), n_test=n_test, dtype=str(np.dtype(dtype)),
                value_init="W_a ~ N(0, 1) from fold_in(run_keys(seed)['init'], 1), W_b = 0",
-               data="generate_data(run_keys(seed)['data'], params, d, n_max)", **_problem_config(params))
+               data="generate_data(run_keys(seed)['data'], params, d, n_max)", **problem_config(params))
     tasks = grid.tasks()
     with dtype_scope(dtype):
         out = run_chunked(make_value_fn(grid, params, dtype=dtype, **kw), tasks, cfg, run_options(options))
