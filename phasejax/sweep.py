@@ -370,10 +370,15 @@ def _reject_chunk(path: str, problem: str) -> None:
 # ----------------------------------------------------------------------------
 
 
-def sharded(fn: Callable, devices, compiler_options: dict | None = None) -> Callable:
+def sharded(fn: Callable, devices, compiler_options: dict | None = None, identity: str | None = None) -> Callable:
     """Jit `fn` with its leading (batch) axis split over `devices` (a 1-d mesh, `shard_map`), compiled with XLA's
-    `compiler_options` (`None`: the defaults)."""
+    `compiler_options` (`None`: the defaults). `identity`: on one device, the program is kept in (and loaded
+    from) the program store of `phasejax.xla` under this name of what `fn` computes."""
     if len(devices) == 1:
+        if identity is not None:
+            from phasejax import xla
+
+            return xla.stored_jit(fn, identity, compiler_options)
         return jax.jit(fn, compiler_options=compiler_options)
     mesh = Mesh(np.asarray(devices), ("batch",))
     spec = PartitionSpec("batch")
@@ -458,6 +463,8 @@ def run_chunked(
     config: Mapping,
     options: RunOptions | None = None,
     compiler_options: dict | None = None,
+    *,
+    store_program: bool = False,
 ) -> dict[str, np.ndarray] | None:
     """Run the batch function `fn` over `tasks` chunk by chunk; resumable; returns the outputs in task order.
 
@@ -470,6 +477,9 @@ def run_chunked(
         on besides the tasks (functions allowed: see `callable_identity`).
       options: `RunOptions` (run directory, chunk size, devices, processes, progress).
       compiler_options: XLA options of the compiled batch function (`jax.jit`'s; `None`: the defaults).
+      store_program: keep the compiled batch function's lowered program in the program store of
+        `phasejax.xla` (one device; with JAX's persistent compilation cache on), keyed by `config`: only for a
+        `config` that names everything `fn` computes, as the phase diagram's does.
     Returns:
       dict of numpy arrays with a leading axis of `len(tasks)`, in task order;
       `None` when not every chunk is on disk yet (`max_chunks`, or other hosts).
@@ -477,10 +487,12 @@ def run_chunked(
     options = run_options(options)
     if options.run_dir is None:   # nothing to resume: a temporary folder, removed afterwards
         with tempfile.TemporaryDirectory() as tmp:
-            return run_chunked(fn, tasks, config, options.replace(run_dir=tmp), compiler_options)
+            return run_chunked(fn, tasks, config, options.replace(run_dir=tmp), compiler_options,
+                               store_program=store_program)
     _check_run_dir(options.run_dir)
+    identity = json.dumps(canonical_config(config), sort_keys=True) if store_program else None
     with run_dir_lock(options.run_dir, options.process_index):
-        return _run_chunked(fn, tasks, config, options, compiler_options)
+        return _run_chunked(fn, tasks, config, options, compiler_options, identity)
 
 
 class RunDirectoryBusy(RunError):
@@ -517,7 +529,7 @@ def run_dir_lock(run_dir: str, process_index: int = 0):
 
 
 def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, options: RunOptions,
-                 compiler_options: dict | None = None):
+                 compiler_options: dict | None = None, identity: str | None = None):
     """`run_chunked` in a run directory whose lock this process holds."""
     n = _check_tasks(tasks)
     names = list(tasks)
@@ -567,7 +579,7 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
     mine = [i for i in range(n_chunks) if i % options.process_count == options.process_index]
     parts = {i: load_checked(i) for i in mine}
     todo = [i for i in mine if parts[i] is None]
-    run = sharded(fn, devices, compiler_options) if todo else None
+    run = sharded(fn, devices, compiler_options, identity) if todo else None
     bar = None
     if options.progress and todo and _interactive():
         from tqdm.auto import tqdm
@@ -605,7 +617,7 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
         if problem is not None:       # a chunk of another process, or one that changed on disk meanwhile
             _reject_chunk(chunk_path(i), problem)
             if run is None:
-                run = sharded(fn, devices, compiler_options)
+                run = sharded(fn, devices, compiler_options, identity)
             parts[i] = compute(i)
             if chunk_problem(parts[i], fingerprint, i, chunk_ids(i), keys) is not None:
                 raise ValueError(f"the batch function returns other outputs for chunk {i} than for chunk 0: "

@@ -13,7 +13,8 @@ compiled without it (`compiler_options` checks once per backend).
 A program's first call in a process also traces and lowers it, which for the theory's programs takes several
 seconds that JAX's persistent compilation cache does not save (it stores the compiled program, keyed by the
 lowered one). With that cache switched on (`jax_compilation_cache_dir`; the command line does it), the
-theory's entry points also keep their lowered programs there (`jit(..., store=True)`; the folder
+theory's entry points and the phase diagram's chunk program also keep their lowered programs there
+(`jit(..., store=True)`, `stored_jit`; the folder
 `phasejax-programs` of the cache): a later process loads the lowered program (`jax.export`) instead of
 tracing it, and XLA's compiled program comes from JAX's cache. A stored program is found by a key of
 everything that decides it: phasejax's source, JAX's and jaxlib's versions, the backend, the float64 switch,
@@ -199,10 +200,11 @@ def _tree_text(treedef) -> str | None:
     return f"{name}[{aux_text}](" + ", ".join(children) + ")"
 
 
-def program_key(fun: Callable, static: dict, tree, avals) -> str | None:
-    """The store key of `fun` at static arguments `static`, dynamic tree `tree` and leaf avals `avals`: SHA-256
-    over everything that decides the lowered program (module docstring); `None` where one part has no stable
-    text."""
+def program_key(fun: Callable, static: dict, tree, avals, *, identity: str | None = None,
+                options=None) -> str | None:
+    """The store key of `fun` (named by `identity` if given) at static arguments `static`, dynamic tree `tree`,
+    leaf avals `avals` and XLA options `options`: SHA-256 over everything that decides the lowered program
+    (module docstring); `None` where one part has no stable text."""
     import jax
 
     from phasejax.sweep import source_digest
@@ -215,10 +217,10 @@ def program_key(fun: Callable, static: dict, tree, avals) -> str | None:
     except importlib.metadata.PackageNotFoundError:
         jaxlib = "?"
     text = json.dumps(dict(
-        fun=f"{fun.__module__}.{fun.__qualname__}", source=source_digest(), jax=jax.__version__, jaxlib=jaxlib,
+        fun=f"{fun.__module__}.{fun.__qualname__}" if identity is None else identity, source=source_digest(), jax=jax.__version__, jaxlib=jaxlib,
         backend=jax.default_backend(), device=jax.devices()[0].device_kind,
         config=[str(getattr(jax.config, name, None)) for name in _TRACING_CONFIG],
-        options=repr(compiler_options()), static=parts[0], tree=parts[1],
+        options=repr(options), static=parts[0], tree=parts[1],
         avals=[[list(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))] for a in avals]))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -302,9 +304,33 @@ def _save(folder: str, key: str, exported, types: list, fun: Callable) -> None:
         pass
 
 
-def _stored_program(fun: Callable, static_names: tuple, args, kwargs) -> _Program | None:
+_DEFAULT = object()
+
+
+def stored_jit(fun: Callable, identity: str, compiler_options: dict | None = None) -> Callable:
+    """`jax.jit(fun, compiler_options=compiler_options)` whose top-level calls go through the program store
+    (module docstring) under `identity`: a text that names everything `fun` computes (for a sweep's batch
+    function, its run's complete configuration), which replaces `fun`'s name in the key."""
+    import jax
+
+    plain = jax.jit(fun, compiler_options=compiler_options)
+
+    @functools.wraps(fun)
+    def call(*args):
+        if not _tracing(args, {}):
+            program = _stored_program(fun, (), args, {}, identity=identity, options=compiler_options)
+            if program is not None:
+                return program.run()
+        return plain(*args)
+
+    return call
+
+
+def _stored_program(fun: Callable, static_names: tuple, args, kwargs, *, identity: str | None = None,
+                    options=_DEFAULT) -> _Program | None:
     """The program of a top-level call of `fun` through the store (loaded, or exported and kept), or `None` to
-    call it as an ordinary `jax.jit` program."""
+    call it as an ordinary `jax.jit` program. `identity`: the text that names `fun` in the key (default its
+    module and name); `options`: XLA's options (default `compiler_options()`)."""
     import jax
     from jax import export
 
@@ -319,7 +345,8 @@ def _stored_program(fun: Callable, static_names: tuple, args, kwargs) -> _Progra
     if any(isinstance(x, jax.Array) and len(x.sharding.device_set) > 1 for x in leaves):
         return None
     avals = [jax.typeof(x) for x in leaves]
-    key = program_key(fun, static, tree, avals)
+    options = compiler_options() if options is _DEFAULT else options
+    key = program_key(fun, static, tree, avals, identity=identity, options=options)
     if key is None:
         return None
     if key not in _LOADED:
@@ -337,5 +364,5 @@ def _stored_program(fun: Callable, static_names: tuple, args, kwargs) -> _Progra
             if not all(_register(t) for t in types):
                 return None
             _save(folder, key, exported, types, fun)
-        _LOADED[key] = jax.jit(exported.call, compiler_options=compiler_options())
+        _LOADED[key] = jax.jit(exported.call, compiler_options=options)
     return _Program(_LOADED[key], leaves)

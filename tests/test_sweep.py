@@ -40,6 +40,32 @@ def test_resume_recomputes_nothing_finished_and_matches_uninterrupted(tmp_path):
     assert rec["version"] and rec["config"] == CONFIG and rec["n_chunks"] == 4
 
 
+def test_a_stored_chunk_program_is_loaded_by_a_later_run(tmp_path, monkeypatch):
+    """`store_program`: the chunk program is kept in the program store under the run's configuration; a later
+    run (another run directory, the in-process programs forgotten) loads it, traces nothing, and writes the
+    same chunks; another configuration is another program."""
+    import jax
+
+    from phasejax import xla
+
+    folder = str(tmp_path / "programs")
+    monkeypatch.setattr(xla, "store_folder", lambda: folder)
+    monkeypatch.setattr(xla, "_LOADED", {})
+    plain = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path / "plain", chunk_size=4))
+    first = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path / "first", chunk_size=4), store_program=True)
+    assert len(os.listdir(folder)) == 2                      # one program: its module and its description
+    monkeypatch.setattr(xla, "_LOADED", {})
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: pytest.fail("traced again"))
+    again = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path / "again", chunk_size=4), store_program=True)
+    for k in plain:
+        np.testing.assert_array_equal(first[k], plain[k])
+        np.testing.assert_array_equal(again[k], plain[k])
+    monkeypatch.undo()
+    monkeypatch.setattr(xla, "store_folder", lambda: folder)
+    run_chunked(_fn, TASKS, dict(CONFIG, version=2), opts(tmp_path / "other", chunk_size=4), store_program=True)
+    assert len(os.listdir(folder)) == 4
+
+
 def test_a_truncated_chunk_is_recomputed(tmp_path):
     ref = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=4))
     with open(tmp_path / "chunks" / "chunk_00001.npz", "wb") as fh:

@@ -595,7 +595,8 @@ def phase_diagram(
         cfg = diagram_config(grid, params, scheme, config)
         tasks = grid.tasks()
         fn = make_row_fn(grid, params, scheme, config)
-        rows = run_chunked(fn, tasks, cfg, run_options(options), compiler_options=xla.compiler_options())
+        rows = run_chunked(fn, tasks, cfg, run_options(options), compiler_options=xla.compiler_options(),
+                           store_program=True)
         if rows is None:
             return None
         rows = {**tasks, **rows}
