@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install phasejax into .venv (created if missing) and compute the main job, the default phase diagram, into
-# runs/phase_diagram/ (about 17 minutes on 2 CPU cores; --out results/phase_diagram --overwrite rewrites the
+# runs/phase_diagram/ (about 11 minutes on 2 CPU cores; --out results/phase_diagram --overwrite rewrites the
 # committed one). Extra flags are passed to `phasejax phase-diagram`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
