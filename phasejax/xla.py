@@ -159,15 +159,24 @@ class _Program(NamedTuple):
         return self.call(*self.leaves)
 
 
+_BUILTIN_NODES = (tuple, list, dict, type(None))
+"""Tree nodes that JAX serialises itself."""
+
+
+def _lookup(module: str, qualname: str):
+    """The object `module.qualname` names (`None` where no such attribute exists)."""
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
 def _named(obj) -> str | None:
     """`module.qualname` of a function or class that its module names so (stable across processes), else `None`."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
         return None
-    found = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return f"{module}.{qualname}" if found is obj else None
+    return f"{module}.{qualname}" if _lookup(module, qualname) is obj else None
 
 
 def _stable_repr(value) -> str | None:
@@ -192,7 +201,7 @@ def _tree_text(treedef) -> str | None:
     if data is None:
         return "*"
     kind, aux = data
-    name = kind.__name__ if kind in (tuple, list, dict, type(None)) else _named(kind)
+    name = kind.__name__ if kind in _BUILTIN_NODES else _named(kind)
     aux_text = _stable_repr(aux)
     children = [_tree_text(c) for c in treedef.children()]
     if name is None or aux_text is None or any(c is None for c in children):
@@ -212,17 +221,25 @@ def program_key(fun: Callable, static: dict, tree, avals, *, identity: str | Non
     parts = [_stable_repr(static), _tree_text(tree)]
     if any(p is None for p in parts):
         return None
-    try:
-        jaxlib = importlib.metadata.version("jaxlib")
-    except importlib.metadata.PackageNotFoundError:
-        jaxlib = "?"
     text = json.dumps(dict(
-        fun=f"{fun.__module__}.{fun.__qualname__}" if identity is None else identity, source=source_digest(), jax=jax.__version__, jaxlib=jaxlib,
-        backend=jax.default_backend(), device=jax.devices()[0].device_kind,
+        fun=f"{fun.__module__}.{fun.__qualname__}" if identity is None else identity, source=source_digest(),
+        environment=_environment(jax.default_backend()),
         config=[str(getattr(jax.config, name, None)) for name in _TRACING_CONFIG],
         options=repr(options), static=parts[0], tree=parts[1],
         avals=[[list(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False))] for a in avals]))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(backend: str) -> tuple:
+    """JAX's and jaxlib's versions, the backend and its device kind (read once per process and backend)."""
+    import jax
+
+    try:
+        jaxlib = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        jaxlib = "?"
+    return jax.__version__, jaxlib, backend, jax.devices(backend)[0].device_kind
 
 
 def _node_types(treedef) -> list:
@@ -231,7 +248,7 @@ def _node_types(treedef) -> list:
     while stack:
         node = stack.pop()
         data = node.node_data()
-        if data is not None and data[0] not in (tuple, list, dict, type(None)) and data[0] not in found:
+        if data is not None and data[0] not in _BUILTIN_NODES and data[0] not in found:
             found.append(data[0])
         stack.extend(node.children())
     return found
@@ -264,14 +281,6 @@ def _register(cls) -> bool:
     return True
 
 
-def _import_type(name: str):
-    module, qualname = name.split(":")
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _load(folder: str, key: str):
     """The exported program stored under `key`, or `None` (absent, unreadable, or of types that do not import)."""
     from jax import export
@@ -281,7 +290,8 @@ def _load(folder: str, key: str):
         with open(base + ".json") as fh:
             meta = json.load(fh)
         for name in meta["types"]:
-            if not _register(_import_type(name)):
+            cls = _lookup(*name.split(":"))
+            if not isinstance(cls, type) or not _register(cls):
                 return None
         with open(base + ".bin", "rb") as fh:
             return export.deserialize(bytearray(fh.read()))
