@@ -34,25 +34,65 @@ def test_the_root_exposes_the_entry_points_lazily():
         phasejax.nope
 
 
-CURATED = ("phasejax.theory", "phasejax.phase", "phasejax.empirics", "phasejax.dynamics", "phasejax.extensions", "phasejax.tasks",
-           "phasejax.tasks.histogram", "phasejax.tasks.markov", "phasejax.tasks.induction", "phasejax.tasks.memory",
-           "phasejax.tasks.factual")
-API_PAGES = {"phasejax.theory": "theory.md", "phasejax.phase": "phase.md", "phasejax.empirics": "empirics.md", "phasejax.dynamics": "dynamics.md",
-             "phasejax.extensions": "extensions.md"}
+CURATED = ("phasejax.theory", "phasejax.phase", "phasejax.empirics", "phasejax.dynamics", "phasejax.depth",
+           "phasejax.extensions", "phasejax.tasks", "phasejax.tasks.histogram", "phasejax.tasks.markov",
+           "phasejax.tasks.induction", "phasejax.tasks.memory", "phasejax.tasks.factual")
+API_PAGES = {"phasejax.theory": "theory.md", "phasejax.phase": "phase.md", "phasejax.empirics": "empirics.md",
+             "phasejax.dynamics": "dynamics.md", "phasejax.depth": "depth.md", "phasejax.extensions": "extensions.md"}
+LONG_LISTS = {"phasejax.depth": "phasejax.depth exports 56 names: its entry points are not yet told apart from "
+                                "its rules and helpers"}
+"""Subpackages whose `__all__` is still longer than a reader takes in (a strict xfail: shortening it passes)."""
+
+
+def _documented(package: str) -> tuple[set, list]:
+    """The names of `package` that its API page renders (`::: package.name`, or `::: package.name.name` for a
+    name that is also a submodule's), and the `::: package.name` lines that render a whole submodule instead."""
+    import importlib.util
+    import re
+
+    with open(os.path.join(ROOT, "docs", "api", API_PAGES.get(package, "tasks.md"))) as fh:
+        lines = re.findall(rf"^::: {re.escape(package)}\.(\w+)(\.\w+)?\s*$", fh.read(), flags=re.M)
+    names = {name for name, twice in lines if twice in ("", "." + name)}
+    modules = [name for name, twice in lines if not twice and importlib.util.find_spec(f"{package}.{name}")]
+    return names, modules
 
 
 @pytest.mark.parametrize("package", CURATED)
-def test_a_subpackage_exports_a_short_list_and_the_api_page_documents_exactly_it(package):
-    """Each subpackage's `__all__` holds its entry points, types and rules (short enough to read); its API page
-    lists exactly those names, not whole modules."""
+def test_a_subpackage_api_page_documents_exactly_its_exports(package):
+    """Each subpackage's API page lists exactly the names of its `__all__`, not whole modules (a name that is
+    also a submodule's, such as `phasejax.theory.replicon`, renders the module unless spelt `replicon.replicon`)."""
+    import importlib
+
+    mod = importlib.import_module(package)
+    assert all(hasattr(mod, n) for n in mod.__all__)
+    subpackages = {n for n in mod.__all__ if isinstance(getattr(mod, n), type(mod))}
+    documented, whole_modules = _documented(package)
+    whole_modules = sorted(set(whole_modules) - subpackages)
+    assert whole_modules == [], f"these lines render a whole module: {whole_modules}"
+    documented -= subpackages                                   # subpackage headings
+    names = set(mod.__all__) - subpackages
+    assert documented == names, (sorted(documented - names), sorted(names - documented))
+
+
+@pytest.mark.parametrize("package", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=LONG_LISTS[p]))
+                                     if p in LONG_LISTS else p for p in CURATED])
+def test_a_subpackage_exports_a_short_list(package):
+    """Each subpackage's `__all__` holds its entry points, types and rules: short enough to read."""
+    import importlib
+
+    assert len(importlib.import_module(package).__all__) <= 30
+
+
+def test_the_root_api_page_lists_exactly_the_root_exports():
+    """The package root's API page has one row per name of `phasejax.__all__`, linked to where it is defined."""
     import importlib
     import re
 
-    mod = importlib.import_module(package)
-    names = [n for n in mod.__all__ if not isinstance(getattr(mod, n), type(mod))]
-    assert len(mod.__all__) <= 30 and all(hasattr(mod, n) for n in mod.__all__)
-    page = API_PAGES.get(package, "tasks.md")
-    with open(os.path.join(ROOT, "docs", "api", page)) as fh:
-        documented = set(re.findall(rf"^::: {re.escape(package)}\.(\w+)\s*$", fh.read(), flags=re.M))
-    documented -= {n for n in mod.__all__ if isinstance(getattr(mod, n), type(mod))}    # subpackage headings
-    assert documented == set(names), (sorted(documented - set(names)), sorted(set(names) - documented))
+    import phasejax
+
+    with open(os.path.join(ROOT, "docs", "api", "root.md")) as fh:
+        rows = re.findall(r"^\| \[`(\w+)`\]\[([\w.]+)\] \| `([\w.]+)` \|$", fh.read(), flags=re.M)
+    assert sorted(r[0] for r in rows) == sorted(n for n in phasejax.__all__ if n != "__version__")
+    for name, target, module in rows:
+        assert module == phasejax._ENTRY_POINTS[name] and target == f"{module}.{name}", (name, target, module)
+        assert getattr(importlib.import_module(module), name) is getattr(phasejax, name)
