@@ -1,4 +1,4 @@
-"""Counting (histogram task) phase diagrams over embedding size d and hidden size p, six configurations.
+"""Counting (histogram task) phase diagrams over embedding size d and MLP width p (--widths), six configurations.
 
     phasejax counting                      # CPU preset: d, width in {4, 16, 64}, 2 seeds, 2500 steps
     phasejax counting --preset gpu         # the paper's grid: d, width in 1..128, 5 seeds, 20000 steps
@@ -28,10 +28,10 @@ from phasejax.commands import flags
 from phasejax.commands.argtypes import UsageError, positive_float, positive_int, refuse_duplicates, run_options_from
 
 NAME = "counting"
-HELP = "counting (histogram task) accuracy over (d, p) for the six attention configurations"
+HELP = "counting (histogram task) accuracy over (d, width) for the six attention configurations"
 
 PRESETS = {
-    # fits the 15-minute CPU budget; T and L are the paper's, the grid and the steps are not
+    # sized to run in under 15 minutes on 2 CPU cores; T and L are the paper's, the grid and the steps are not
     "cpu": dict(ds=[4, 16, 64], widths=[4, 16, 64], seeds=2, steps=2500, batch_size=128),
     "gpu": dict(ds=[2**k for k in range(8)], widths=[2**k for k in range(8)], seeds=5, steps=20000, batch_size=128),
     # the relation-based proposition's point (d >= T = 32, p = 1), trained long enough for the loss to flatten
