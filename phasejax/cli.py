@@ -31,6 +31,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return (text + " (default: %(default)s)").strip()
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with a usage error in one line, `<prog>: error: <message>; see <prog> --help`, and exit
+    code 2 (argparse prints the whole usage block first). Subcommand parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def shows_default(action) -> bool:
     """Whether `--help` states `action`'s default: flags with a value (not switches, not defaults of None)."""
     return bool(action.option_strings) and action.default is not None and action.default is not False \
@@ -54,7 +62,7 @@ def command_modules() -> dict:
 def build_parser() -> argparse.ArgumentParser:
     from phasejax import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="phasejax", formatter_class=HelpFormatter,
         description="Phase diagrams of learning mechanisms in small attention models, from theory and experiment.")
     parser.add_argument("--version", action="version", version=f"phasejax {__version__}")
@@ -149,7 +157,9 @@ def main(argv=None) -> int:
     debug = "--debug" in argv or os.environ.get("PHASEJAX_DEBUG", "0") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:      # named by the subcommand's parser, whose --help lists the flags it takes
+        subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     claimed = None   # an output folder this call created: removed again if the run stops before writing to it
     code = 1
     try:

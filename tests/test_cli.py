@@ -58,6 +58,21 @@ def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag, run_cli):
     assert f"argument {flag}" in err, err
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["solve", "--alphas", "x"], "phasejax solve: error: argument --alphas: expected a number, got 'x'"),
+    (["solve", "--alphas", "1", "--bogus"], "phasejax solve: error: unrecognized arguments: --bogus"),
+    (["train", "--bogus", "3"], "phasejax train: error: unrecognized arguments: --bogus 3"),
+    (["nope"], "phasejax: error: argument COMMAND: invalid choice: 'nope'"),
+])
+def test_a_usage_error_is_one_line_naming_the_subcommand(argv, needle, run_cli):
+    """argparse printed its usage block before the error, and an unknown flag was reported by `phasejax`, not by
+    the subcommand whose --help lists the flags."""
+    code, out, err = run_cli(argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(needle), err
+    assert err.rstrip().endswith(f"see {needle.split(':')[0]} --help"), err
+
+
 def test_flag_values_are_never_replaced_by_the_preset():
     """An explicit value wins; only omitted flags take the preset's value (`--steps 0` used to become 2500)."""
     from phasejax.cli import build_parser
