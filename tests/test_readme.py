@@ -63,3 +63,22 @@ def test_the_readme_lists_every_command_with_the_folder_it_writes():
     script = open(os.path.join(ROOT, "scripts", "run_main.sh")).read()
     for needle in ("runs/phase_diagram/", "11 min"):
         assert needle in script and needle in text.split("## Example")[0], needle
+
+
+def test_the_readme_links_every_component_to_its_file():
+    """The component table links every subpackage and public module of phasejax to its file, and every link of the
+    README that is a path points at a file or folder of the repository."""
+    import pkgutil
+
+    import phasejax
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    missing = [link for link in local if not os.path.exists(os.path.join(ROOT, link))]
+    assert missing == [], missing
+    table = text.split("## Components", 1)[1].split("\n## ", 1)[0]
+    linked = set(re.findall(r"\]\((phasejax/[\w/]+\.py)\)", table))
+    wanted = {f"phasejax/{m.name}/__init__.py" if m.ispkg else f"phasejax/{m.name}.py"
+              for m in pkgutil.iter_modules(phasejax.__path__) if not m.name.startswith("_")}
+    assert wanted <= linked, sorted(wanted - linked)
