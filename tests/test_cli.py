@@ -269,7 +269,7 @@ def test_long_commands_have_no_progress_and_sweeps_chunk_size():
     from phasejax.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    for name in ("bench-training", "extension", "solve", "census", "phase-diagram", "train", "gamp", "markov"):
+    for name in ("bench-training", "depth", "extension", "solve", "census", "phase-diagram", "train", "gamp", "markov"):
         assert "--no-progress" in sub[name]._option_string_actions, name
     assert "--chunk-size" in sub["extension"]._option_string_actions
 
@@ -289,3 +289,23 @@ def test_replot_recognises_the_folder_its_own_command_wrote(tmp_path):
     with pytest.raises(UsageError, match="did not write"):
         guard_replot(str(bare), False, "replicas")
     assert guard_replot(str(bare), True, "replicas") == str(bare)
+
+
+def test_an_unwritable_out_is_one_line_before_computing_also_for_root(tmp_path, run_cli, monkeypatch):
+    """A read-only --out is refused before any compute, named without the temporary file's name (root can write
+    anywhere: the failed write is simulated here; tests/test_reliability.py checks real permissions)."""
+    import errno
+
+    import phasejax.io
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", f"{path}.tmp-1234")
+
+    monkeypatch.setattr(phasejax.io, "atomic_write_json", refuse)
+    out = tmp_path / "out"
+    out.mkdir()
+    code, stdout, err = run_cli(["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1",
+                                 "--max-steps", "2", "--no-progress", "--out", str(out)])
+    assert code == 2 and stdout == ""
+    assert err.strip() == (f"phasejax train: error: cannot write to --out {out} (Permission denied); pass a writable "
+                           "--out folder"), err
