@@ -16,7 +16,6 @@ column's larger overlap is positive, then averaged. One JSON line per solve or g
 """
 
 import argparse
-import json
 import os
 import time
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from phasejax.extensions.general_L import general_L_params
 from phasejax.extensions.rank2 import EXTENSION_SE_CONFIG, invariant_columns, rank2_init, train_rank2
-from phasejax.io import atomic_write_text
+from phasejax.io import atomic_write_text, json_line
 from phasejax.precision import float64_scope
 from phasejax.sweep import RunOptions
 from phasejax.theory import MapApproximation, solve_state_evolution
@@ -91,8 +90,9 @@ def main() -> None:
     lines = []
 
     def emit(out: dict) -> None:
-        print(json.dumps(out), flush=True)
-        lines.append(json.dumps(out))
+        line = json_line(out)          # strict JSON: NaN and inf as null
+        print(line, flush=True)
+        lines.append(line)
 
     with float64_scope():
         for r in (1, 2):
