@@ -9,11 +9,13 @@ import pytest
 
 from phasejax.cli import main
 
+
 def test_solve_prints_one_json_line_per_pair():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         main(["solve", "--alpha", "1.0", "2.0", "--omega", "0.3", "--branch", "positional", "--nodes", "4"])
-    def strict(token):       # solve printed bare NaN (the errors of a Gauss-Hermite rule): now null
+
+    def strict(token):       # a Gauss-Hermite rule has no error estimate: null, never a bare NaN
         raise AssertionError(f"not strict JSON: {token}")
 
     rows = [json.loads(line, parse_constant=strict) for line in buf.getvalue().splitlines() if line.startswith("{")]
