@@ -61,7 +61,7 @@ PHASE_BRANCHES = ("positional", "semantic")
 REPLICON_CONFIG = dict(tie_width=DEFAULT_TIE_WIDTH, minima="the error replicas' (every node started from its main "
                        "node's minima)")
 """The replicon columns' settings, recorded in a run's configuration: the smoothing, and where the prox minima come
-from (`phasejax.theory.newton.postprocess`: the pass that gives the error replicas, over the main rule's nodes
+from (`phasejax.theory.newton`: the error passes that give the error replicas, over the main rule's nodes
 too)."""
 
 

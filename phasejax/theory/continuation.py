@@ -2,8 +2,8 @@
 
 A row is one `lax.scan` over its `alpha`s whose step is everything one point needs: the Newton solve (all its
 stages, `phasejax.theory.newton`), the losses, stabilities and error bars (`postprocess`) and, optionally,
-the replicon (`phasejax.theory.replicon`). Each is traced once, however long the row; a single cold solve is
-the same scan on one point. What a point carries to the next (`RowCarry`): the last two fixed points and
+the replicon (`phasejax.theory.replicon`), all in the solver's one loop (the replicas and the replicon as its
+error passes). Each is traced once, however long the row; a single cold solve is the same scan on one point. What a point carries to the next (`RowCarry`): the last two fixed points and
 their `alpha` (the next start is extrapolated linearly from them), the count of successes, and the node
 minimisers and rule orientation of the last success.
 """
@@ -48,14 +48,17 @@ def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, app
     stages: solve with the rule oriented at `init`, re-orient at that solution and solve again (the returned
     fixed point is that of the rule oriented at it; its `iterations` count both stages). With `retry`, a failed
     solve is solved once more from its last iterate with the rule re-oriented there. The replicon of every
-    point (`phasejax.theory.replicon`, at the smoothing `replicon_tie_width`) shares the error replicas' prox
-    minima (`phasejax.theory.newton.postprocess`); it is meaningful where the point converged.
+    point (`phasejax.theory.replicon`, at the smoothing `replicon_tie_width`) comes from the solver's error passes
+    with the error replicas (`phasejax.theory.newton`); it is meaningful where the point converged. Until a first
+    success the solve is cold: it orients the rule at its start and starts every node at its field.
     """
-    solver = NewtonSE(config, kappa)
+    solver = NewtonSE(config, kappa, replicon_tie_width)
     x0, unravel = ravel_pytree(init.overlaps)
     p0 = params.replace(alpha=alphas[0])
-    frame0 = scheme.frame(init.overlaps, p0)
-    warm0 = initial_warm(p0, scheme, init.overlaps, frame0)
+    # placeholders until a first success: a solve with none orients the rule and starts every node at its field
+    zeros = lambda f: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(f))  # noqa: E731
+    frame0 = zeros(lambda: scheme.frame(init.overlaps, p0))
+    warm0 = zeros(lambda: initial_warm(p0, scheme, init.overlaps, frame0))
     first = jnp.arange(alphas.shape[0]) == 0
 
     def body(c: RowCarry, inp):
@@ -68,8 +71,8 @@ def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, app
         # a warm start gets `max_iter_warm` iterations; a cold start and a restart before any success `max_iter`
         cap = jnp.where((c.n_ok > 0) & ~is_first, config.max_iter_warm, config.max_iter)
         problem = SEProblem(p, scheme, init._replace(overlaps=unravel(guess)), c.frame, approximation)
-        state = run_newton(solver, problem, c.warm, cap, orient_first=is_first, retry=retry)
-        result, replicon = postprocess(config, problem, state, replicon_tie_width)
+        state = run_newton(solver, problem, c.warm, cap, orient_first=is_first, retry=retry, cold=c.n_ok == 0)
+        result, replicon = postprocess(solver, problem, state)
         out = result if replicon_tie_width is None else (result, replicon)
         ok = state.status == Status.CONVERGED
         x_last = jnp.where(ok, state.x_eval, c.x_last)

@@ -18,15 +18,26 @@ that is oriented at the overlaps (`SplitProductRule`), a cold solve first solves
 its start (stage 0), re-orients at that solution and solves again (stage 1); a solve that fails is solved
 once more from its last iterate with the rule re-oriented there (stage 2, with `max_iter_warm` iterations),
 because an orientation carried from elsewhere can leave the finite rule's map without an exact fixed point
-within reach. When the last stage ends, the rule is oriented at the solution (with its replicas'
-orientations, for the error bars), for the next point of a continuation row.
+within reach. A cold solve (no rule orientation and no node minimisers yet) begins with an orienting step
+(stage -1: the rule oriented at the start, nothing evaluated), and its first evaluation starts every node at its
+field. When the last stage ends, the rule is oriented at the solution (with its replicas' orientations, for
+the error bars), for the next point of a continuation row. Every orientation is the same traced call.
 
-The solver has the shape of an optimistix solver: `NewtonSE` holds only its settings (`SEConfig`, and
-optionally a traced `kappa`); the problem, an `SEProblem`, is passed to `init`, `step`, `terminate` and
-`postprocess`; `phasejax.solvers.iterate` runs the loop (`run_newton`). After the loop `postprocess` adds the
-training loss, the test error, the stability of the fixed point inside its subspace (eigenvalues of `J`) and
-out of it (`subspace_gain`, from the Jacobian of the unconstrained map evaluated with `J`), and, for schemes
-with replicas, quadrature error estimates (`phasejax.theory.results`).
+Then the same loop makes the error passes (`NewtonSE.passes`): one step per copy of the rule (the scheme's
+`pass_copies`: its replicas, and the main rule for the replicon) evaluates the map on that copy's nodes at the
+solution, every node started from its main node's minimiser and from where the main node's alternative starts
+ended (an alternative that ended in the minimiser's own basin is not run again), and keeps the hats, the
+averaged envelope and the replicon's node averages of every row of weights the copy holds (`PassSums`). So the
+map, its proximal problems and the rule's construction are traced once per program, for the solve and for
+its error bars alike.
+
+The solver has the shape of an optimistix solver: `NewtonSE` holds only its settings (`SEConfig`, optionally
+a traced `kappa`, and the replicon's smoothing); the problem, an `SEProblem`, is passed to `init`, `step`,
+`terminate` and `postprocess`; `phasejax.solvers.iterate` runs the loop (`run_newton`). After the loop
+`postprocess` adds the training loss, the test error, the stability of the fixed point inside its subspace
+(eigenvalues of `J`) and out of it (`subspace_gain`, from the Jacobian of the unconstrained map evaluated with
+`J`), and, from the passes, quadrature error estimates (`phasejax.theory.results`) and the replicon
+(`phasejax.theory.replicon`).
 """
 
 from __future__ import annotations
@@ -42,14 +53,18 @@ from phasejax.solvers import Status, iterate
 from phasejax.theory.branches import free_mask
 from phasejax.theory.fields import field_maps
 from phasejax.theory.params import params_are_valid
+from phasejax.theory.fields import Hats
+from phasejax.theory.replicon import (
+    RepliconMoments,
+    minima_jacobians,
+    replicon_from_moments,
+    replicon_moments,
+)
 from phasejax.theory.results import SEErrors, SEResult, spread_error
-from phasejax.theory.se_map import PSD_TOL, MapEvaluation, SEProblem, initial_warm, se_map
+from phasejax.theory.se_map import PSD_TOL, MapEvaluation, SEProblem, evaluate_map, initial_warm
 from phasejax.theory.updates import (
     hats_from_nodes,
     hold_hats,
-    lowest_values,
-    node_minima,
-    node_values,
     overlap_updates,
     test_error,
     training_loss,
@@ -130,13 +145,29 @@ class SEState(NamedTuple):
     rebase: Array            # () bool: the map changed (checking began): the next valid evaluation is accepted
     alt_next: Array          # () the alternative the next checking evaluation tries (0 mirror, 1 field)
     last_alt: Array          # () the alternative the accepted evaluation tried (-1: none)
-    stage: Array             # () 0 orienting solve of a cold start, 1 solve, 2 retry
+    stage: Array             # () -1 orienting the rule (no evaluation), 0 solve with the rule oriented at the
+                             # start, 1 solve, 2 retry
     stage_it: Array          # () evaluations in this stage
     cap: Array               # () this stage's iteration cap
     cap_solve: Array         # () the solve stage's cap
     retry: Array             # () bool: a failed solve stage is retried
     frame: object            # the rule's orientation the solve uses (None for a rule without one)
     frames_end: object       # the orientations at the solution (main and replicas), set when the solve ends
+    first_stage: Array      # () the stage an orienting step (stage -1) hands over to (0 or 1)
+    field_warm: Array        # () bool: no node minimisers yet: the next evaluation starts every node at its field
+    pass_index: Array        # () the error passes done after the solve ended (`NewtonSE.passes`)
+    sums: object             # PassSums of the passes (None without passes)
+
+
+class PassSums(NamedTuple):
+    """What the error passes (`NewtonSE.passes`) read off the rule copies' nodes at the solution, one entry per
+    row of weights (row 0 the main rule's, row `k` replica `k`'s: the scheme's `pass_rows`): the hats (`Hats`,
+    leading `(R,)` axis, before the branch's holds), the averaged envelope `(R,)` and, with the replicon,
+    `RepliconMoments`."""
+
+    hats: Hats
+    envelope: Array
+    replicon: RepliconMoments | None
 
 
 def _scaled_residual(x, Fx, free):
@@ -182,46 +213,93 @@ class NewtonSE:
     never evaluated: the step is halved until the state is valid. When a
     stage ends, the next one starts (module docstring).
 
+    After the solve has ended, the same loop makes the error passes (`passes`): one step per copy of the rule
+    (the replicas, and the main rule for the replicon), each evaluating the map on that copy's nodes at the
+    solution, every node started from its main node's minimiser and from where the main node's alternatives
+    ended, and keeping what the errors and the replicon read off them (`PassSums`). So the map, its proximal
+    problems and the rule are traced once per program, for the solve and its error bars.
+
     Attributes:
       config: `SEConfig` (static).
       kappa: `None` (use `config.kappa`) or a traced override of it (one compiled solve serves several
         kappas, as in the census).
+      replicon_tie_width: `None` (no replicon), or the smoothing (static) of the replicon the passes compute
+        (`phasejax.theory.replicon`; with the multi-start map only).
     """
 
     config: SEConfig
     kappa: object = None
+    replicon_tie_width: float | None = None
 
-    def _map_and_jac(self, problem: SEProblem, x, warm, alt_mode, frame):
+    def _wants(self, problem: SEProblem) -> tuple[bool, bool]:
+        """`(errors, replicon)`: whether the passes give error bars and the replicon."""
+        n_rep = int(getattr(problem.scheme, "n_replicas", 0) or 0)
+        replicon = self.replicon_tie_width is not None and problem.approximation.alternates
+        return self.config.errors and n_rep >= 2, replicon
+
+    def passes(self, problem: SEProblem) -> tuple[int, ...]:
+        """The rule copies (the scheme's `pass_copies`) whose nodes are solved after the solve, in order."""
+        errors, replicon = self._wants(problem)
+        return tuple(problem.scheme.pass_copies(replicon)) if (errors or replicon) else ()
+
+    def _map_and_jac(self, problem: SEProblem, x, warm, alt_mode, frame, copy=None, given_starts=None,
+                     field_warm=False):
         gauge = problem.init.gauge
 
         def F(x_):
-            ev = se_map(problem, x_, warm, alt_mode, self.config.psd_tol, frame=frame)
+            ev, nodes, weights = evaluate_map(problem, x_, warm, alt_mode, self.config.psd_tol, frame=frame,
+                                              copy=copy, given_starts=given_starts, field_warm=field_warm)
             if gauge is not None:   # gauge-fixed coordinates stay where they are
                 ev = ev._replace(Fx=jnp.where(gauge, x_, ev.Fx))
-            return (ev.Fx, ev.Fx_open), ev
+            return (ev.Fx, ev.Fx_open), (ev, nodes, weights)
 
-        (J, J_open), ev = jax.jacfwd(F, has_aux=True)(x)
-        return J, J_open, ev
+        (J, J_open), (ev, nodes, weights) = jax.jacfwd(F, has_aux=True)(x)
+        return J, J_open, ev, nodes, weights
+
+    def _pass_sums(self, problem: SEProblem, x, nodes, weights, copy) -> tuple[PassSums, Array]:
+        """`(PassSums, owned (R,))` of one pass: every row of the copy's weights (`pass_rows`), and which rows the
+        copy holds."""
+        params, approx = problem.params, problem.approximation
+        ov = problem.unravel()(x)
+        rows, owned = problem.scheme.pass_rows(weights, copy)
+        hats = jax.vmap(lambda w: hats_from_nodes(ov, params, nodes, w, hat_form=approx.hat_form))(rows)
+        moments = None
+        if self._wants(problem)[1]:
+            jac = minima_jacobians(nodes.minima, params, self.replicon_tie_width, approx.prox_tol)
+            moments = replicon_moments(jac, rows, params, approx.prox_tol)
+        return PassSums(hats=hats, envelope=rows @ nodes.envelope, replicon=moments), owned
 
     def init(self, problem: SEProblem, warm: Array | None = None, *, orient_first=False, cap_solve=None,
-             retry=False) -> SEState:
+             retry=False, cold=None) -> SEState:
         """The state before the first evaluation, at `problem.init`.
 
         Args:
-          warm: `(N, L r)` node warm starts (default: every node's field, `initial_warm`).
-          orient_first: (may be traced) a first stage solves with `problem.frame` and is followed by a solve
-            with the rule re-oriented at its solution (a cold solve with an adaptive rule).
+          warm: `(N, L r)` node warm starts (default: none, as `cold`).
+          orient_first: (may be traced) a first stage solves with the rule oriented at the start and is followed
+            by a solve with the rule re-oriented at its solution (a cold solve with an adaptive rule).
           cap_solve: (may be traced) the solve stage's cap (default `config.max_iter`).
           retry: (may be traced) a failed solve stage is solved once more, re-oriented at its last iterate.
+          cold: (may be traced; default: `warm is None`) neither `problem.frame` nor `warm` holds anything yet: a
+            first step orients the rule at the start (stage -1, the same traced orientation as at a stage's end;
+            an adaptive rule) and the first evaluation starts every node at its field `omega`.
         """
         cfg = self.config
         ov = problem.init.overlaps
         x0 = ravel_pytree(ov)[0]
         n = x0.shape[0]
-        if warm is None:   # first evaluation: start every node at its field omega
-            warm = initial_warm(problem.params, problem.scheme, ov, problem.frame)
-        ev_shape = jax.eval_shape(lambda: se_map(problem, x0, warm, 0, cfg.psd_tol))
-        ev0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ev_shape)
+        if cold is None:
+            cold = warm is None
+        if warm is None:   # a placeholder: the first evaluation starts every node at its field omega
+            warm = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
+                lambda: initial_warm(problem.params, problem.scheme, ov, problem.frame)))
+        cold = jnp.asarray(cold, bool)
+        zeros = lambda tree: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)  # noqa: E731
+        ev_shape = jax.eval_shape(lambda: evaluate_map(problem, x0, warm, 0, cfg.psd_tol)[0])
+        ev0 = zeros(ev_shape)
+        sums0 = None
+        if self.passes(problem):
+            sums0 = zeros(jax.eval_shape(lambda: self._pass_sums(
+                problem, x0, *evaluate_map(problem, x0, warm, 0, cfg.psd_tol, copy=0)[1:], 0)[0]))
         ends_shape = jax.eval_shape(lambda: orientations(problem, x0))
         frames_end = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ends_shape)
         status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
@@ -229,14 +307,18 @@ class NewtonSE:
         i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
         cap_solve = i32(cfg.max_iter if cap_solve is None else cap_solve)
         orient_first = jnp.asarray(orient_first, bool) & (problem.frame is not None)
+        first_stage = jnp.where(orient_first, 0, 1).astype(jnp.int32)
+        orienting = cold & (problem.frame is not None)
         return SEState(x=x0, warm=warm, h_alt=jnp.stack([-warm, warm], axis=1), x_eval=x0, ev=ev0,
                        jac=jnp.zeros((n, n), x0.dtype), jac_open=jnp.zeros((n, n), x0.dtype), residual=inf,
                        prev_residual=inf, mu=jnp.asarray(0.0, x0.dtype), it=i32(0), status=status0,
                        checking=jnp.asarray(not problem.approximation.alternates), rebase=jnp.asarray(False),
                        alt_next=i32(0),
-                       last_alt=i32(-1), stage=jnp.where(orient_first, 0, 1).astype(jnp.int32), stage_it=i32(0),
+                       last_alt=i32(-1), stage=jnp.where(orienting, -1, first_stage).astype(jnp.int32),
+                       stage_it=i32(0),
                        cap=jnp.where(orient_first, cfg.max_iter, cap_solve).astype(jnp.int32), cap_solve=cap_solve,
-                       retry=jnp.asarray(retry, bool), frame=problem.frame, frames_end=frames_end)
+                       retry=jnp.asarray(retry, bool), frame=problem.frame, frames_end=frames_end,
+                       first_stage=first_stage, field_warm=cold, pass_index=i32(0), sums=sums0)
 
     def _valid(self, problem: SEProblem, x):
         return field_maps(problem.unravel()(x), problem.params, self.config.psd_tol).valid
@@ -256,9 +338,31 @@ class NewtonSE:
         cfg = self.config
         alternates = problem.approximation.alternates
         free = free_mask(problem.init)
-        x = state.x
+        passes = self.passes(problem)
         alt_mode = jnp.where(state.checking, state.alt_next, -1) if alternates else jnp.asarray(0)
-        J, J_open, ev = self._map_and_jac(problem, x, state.warm, alt_mode, state.frame)
+        x, frame, copy, given = state.x, state.frame, jnp.asarray(0, jnp.int32), None
+        orienting = (state.stage == -1) if state.frame is not None else jnp.asarray(False)
+        if passes:       # after the solve: a pass over a rule copy's nodes at the solution (no Newton step)
+            passing = (state.status != Status.RUNNING) & ~orienting
+            copy = jnp.where(passing, jnp.asarray(passes, jnp.int32)[jnp.minimum(state.pass_index, len(passes) - 1)],
+                             0)
+            x = jnp.where(passing, state.x_eval, state.x)
+            if frame is not None:
+                reps = state.frames_end[1]
+                frame = jax.tree_util.tree_map(
+                    lambda main, rep: jnp.where(passing & (copy > 0), rep[jnp.maximum(copy - 1, 0)], main),
+                    state.frame, reps)
+            if alternates:
+                given = (passing, state.h_alt, _distinct_alternatives(state.warm, state.h_alt))
+
+        def evaluate():
+            return self._map_and_jac(problem, x, state.warm, alt_mode, frame, copy, given, state.field_warm)
+
+        if state.frame is None:
+            J, J_open, ev, nodes, weights = evaluate()
+        else:            # an orienting step evaluates nothing
+            J, J_open, ev, nodes, weights = jax.lax.cond(orienting, lambda: jax.tree_util.tree_map(
+                lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(evaluate)), evaluate)
         ok = (self._valid(problem, x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J))
               & jnp.all(jnp.isfinite(ev.h)))
         residual = _scaled_residual(x, ev.Fx, free)
@@ -300,12 +404,13 @@ class NewtonSE:
         next_stage = jnp.where(state.stage == 0, 1, jnp.where((state.stage == 1) & state.retry & failed, 2, -1))
         switch = ended & (next_stage >= 0)
         finish = ended & (next_stage < 0)
-        frames = jax.lax.cond(switch | finish, lambda: orientations(problem, x_eval),
+        orient_at = jnp.where(orienting, state.x, x_eval)
+        frames = jax.lax.cond(switch | finish | orienting, lambda: orientations(problem, orient_at),
                               lambda: jax.tree_util.tree_map(jnp.asarray, state.frames_end)) \
             if state.frames_end is not None else None
         frame = state.frame
         if frame is not None:
-            frame = jax.tree_util.tree_map(lambda a, b: jnp.where(switch, a, b), frames[0], frame)
+            frame = jax.tree_util.tree_map(lambda a, b: jnp.where(switch | orienting, a, b), frames[0], frame)
         entering = (~state.checking & accept & (residual < cfg.check_tol)) if alternates else jnp.asarray(False)
         checking = state.checking | entering
         new = SEState(
@@ -334,27 +439,50 @@ class NewtonSE:
             retry=state.retry,
             frame=frame,
             frames_end=frames if frames is not None else state.frames_end,
+            first_stage=state.first_stage,
+            field_warm=state.field_warm & ~keep,
+            pass_index=state.pass_index,
+            sums=state.sums,
         )
+        if state.frame is not None:      # an orienting step only orients the rule and hands over to the solve
+            oriented = state._replace(frame=frame, frames_end=new.frames_end, stage=state.first_stage)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(orienting, a, b), oriented, new)
+        if passes:       # a pass leaves the solve's state as it is (every update above is gated on running)
+            def collect():
+                sums, owned = self._pass_sums(problem, x, nodes, weights, copy)
+                return jax.tree_util.tree_map(
+                    lambda a, b: jnp.where(owned.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), sums, state.sums)
+
+            new = new._replace(sums=jax.lax.cond(passing, collect, lambda: state.sums),
+                               pass_index=state.pass_index + passing.astype(jnp.int32))
         return new
 
     def terminate(self, problem: SEProblem, state: SEState):
-        return state.status != Status.RUNNING, state.status
+        return (state.status != Status.RUNNING) & (state.pass_index >= len(self.passes(problem))), state.status
 
     def postprocess(self, problem: SEProblem, state: SEState) -> SEResult:
         """`SEResult` from a final state: losses, stability, subspace gain and (optionally) errors."""
-        return postprocess(self.config, problem, state)[0]
+        return postprocess(self, problem, state)[0]
 
-    def max_steps(self) -> int:
-        """The most evaluations a solve can take: three stages at their largest caps."""
-        return 2 * self.config.max_iter + self.config.max_iter_warm
+    def max_steps(self, problem: SEProblem) -> int:
+        """The most steps a solve can take: three stages at their largest caps, then the passes."""
+        return 2 * self.config.max_iter + self.config.max_iter_warm + 1 + len(self.passes(problem))
+
+
+def _distinct_alternatives(warm: Array, h_alt: Array) -> Array:
+    """`(N, 2)`: where a node's alternative starts ended away from its minimiser `warm (N, L r)` (`h_alt
+    (N, 2, L r)`; one that ended in the minimiser's own basin need not run again)."""
+    starts = jnp.concatenate([warm[:, None], h_alt], axis=1)
+    scale = 1.0 + jnp.max(jnp.abs(starts), axis=-1)
+    return (jnp.max(jnp.abs(h_alt - warm[:, None]), axis=-1) > 1e-6 * scale[:, 1:])
 
 
 def run_newton(solver: NewtonSE, problem: SEProblem, warm: Array | None = None, max_iter=None, **init) -> SEState:
     """Iterate `solver` on `problem` from `problem.init` (and optional node warm starts `warm (N, L r)`) to a
-    final state; `max_iter` (may be traced): the solve stage's cap (default `solver.config.max_iter`);
-    `init`: the other keywords of `NewtonSE.init` (`orient_first`, `retry`)."""
+    final state, its passes included; `max_iter` (may be traced): the solve stage's cap (default
+    `solver.config.max_iter`); `init`: the other keywords of `NewtonSE.init` (`orient_first`, `retry`)."""
     state = solver.init(problem, warm, cap_solve=max_iter, **init)
-    return iterate(solver, problem, state, max_steps=solver.max_steps()).state
+    return iterate(solver, problem, state, max_steps=solver.max_steps(problem)).state
 
 
 # ----------------------------------------------------------------------------
@@ -371,39 +499,22 @@ def _spectral_abscissa(J: Array, mask: Array) -> Array:
     return jnp.where(jnp.any(mask) & finite, jnp.max(ev.real), jnp.nan)
 
 
-def replica_starts(state: SEState, n_copies: int) -> tuple[Array, Array]:
-    """Prox starts for `n_copies` copies of the main rule's nodes (the main rule and its replicas, laid out node
-    for node): every node's minimiser and where its mirror and field starts ended at the last evaluations that
-    tried them, `(n_copies N, 3, L r)`, and which of them to run, `(n_copies N, 3)`: an alternative that ended
-    in the minimiser's own basin is left out. A replica's node lies next to its main node, so each start is
-    next to a minimum of the replica's node (of every basin the main node was found to have); the replica keeps
-    the lowest. (This needs the replicas' nodes in the main rule's order and orientation: `SplitProductRule`
-    gives every normal one sign.)"""
-    h = state.warm
-    starts = jnp.concatenate([h[:, None], state.h_alt], axis=1)                           # (N, 3, n)
-    scale = 1.0 + jnp.max(jnp.abs(starts), axis=-1)
-    active = (jnp.max(jnp.abs(starts - h[:, None]), axis=-1) > 1e-6 * scale).at[:, 0].set(True)
-    tile = lambda a: jnp.tile(a, (n_copies,) + (1,) * (a.ndim - 1))  # noqa: E731
-    return tile(starts), tile(active)
-
-
 @jax.named_scope("postprocess")
-def postprocess(cfg: SEConfig, problem: SEProblem, state: SEState, replicon_tie_width: float | None = None):
+def postprocess(solver: NewtonSE, problem: SEProblem, state: SEState):
     """`(SEResult, RepliconResult or None)` from a final state (`NewtonSE.postprocess` returns the first).
 
-    The error replicas and the replicon (with `replicon_tie_width`, `phasejax.theory.replicon`) read the prox
-    minima of one pass over the replicas' nodes (and, for the replicon, the main rule's), every node started
-    from its main node's minima (`replica_starts`).
+    The error replicas and the replicon (with the solver's `replicon_tie_width`, `phasejax.theory.replicon`)
+    are read off the passes' sums (`PassSums`).
     """
-    params, scheme, ib, frame = problem.params, problem.scheme, problem.init, state.frame
+    cfg = solver.config
+    params, scheme, ib = problem.params, problem.scheme, problem.init
     unravel = problem.unravel()
-    approx = problem.approximation
     x = state.x_eval
     ov = unravel(x)
     ev = state.ev
     free = free_mask(ib)
     held = ~free_mask(ib, with_gauge=False)
-    rule = scheme.main(ov, params, frame)
+    rule = ev.rule                     # the main rule the accepted evaluation used
     e_t = training_loss(ov, ev.hats, ev.envelope, params)
     eps_g = test_error(ov, params, rule)
     e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
@@ -421,49 +532,27 @@ def postprocess(cfg: SEConfig, problem: SEProblem, state: SEState, replicon_tie_
     solver_g = jnp.abs(test_error(unravel(x + delta), params, rule) - eps_g)
     err_x = jnp.full_like(x, jnp.nan)
     err_e = err_g = nan
-    replicon = None
-    want_errors = cfg.errors and n_rep >= 2
-    if want_errors or replicon_tie_width is not None:
-        from phasejax.theory.replicon import minima_jacobians, replicon_from_jacobians, replicon_nodes
+    want_errors, want_replicon = solver._wants(problem)
+    shares = bool(scheme.shares_main_nodes)
+    sums = state.sums
 
-        replica_frames = None if state.frames_end is None else state.frames_end[1]
-        if replicon_tie_width is not None:     # the main rule's nodes too (unless the replicas share them)
-            points, w_main, W_rep, shares = replicon_nodes(scheme, ov, params, frame, replica_frames)
-        else:
-            quad_all, W_rep = scheme.replicas(ov, params, frame, replica_frames)
-            points, shares = quad_all.points, bool(scheme.shares_main_nodes)
-        N = state.warm.shape[0]
-        copies = points.shape[0] // N
-        if not approx.alternates:      # the map's own starts (no alternatives were tracked)
-            nodes = node_values(ov, params, points, jnp.tile(state.warm, (copies, 1)), 0, n_steps=approx.prox_steps,
-                                psd_tol=cfg.psd_tol, prox_tol=approx.prox_tol, extra_starts=True,
-                                prox_starts=approx.prox_starts, hat_form=approx.hat_form, tie_width=approx.tie_width)
-        else:
-            starts, active = replica_starts(state, copies)
-            minima = node_minima(ov, params, points, starts, active, n_steps=approx.prox_steps, psd_tol=cfg.psd_tol,
-                                 prox_tol=approx.prox_tol)
-            nodes = lowest_values(minima, params)
-            if replicon_tie_width is not None:
-                jac = minima_jacobians(minima, params, replicon_tie_width, approx.prox_tol)
-                replicon = replicon_from_jacobians(jac, w_main, W_rep, shares, ov, params, replicon_tie_width,
-                                                   approx.prox_tol)
+    def replica(hats_k, envelope_k):
+        hats = hold_hats(hats_k, ib.hold_m, ib.hold_theta)
+        new = overlap_updates(hats, params)
+        new = new.replace(m=jnp.where(ib.hold_m, 0.0, new.m), theta0=jnp.where(ib.hold_theta, 0.0, new.theta0))
+        Fk = ravel_pytree(new)[0]
+        xk = x + jnp.linalg.solve(A, jnp.where(free, Fk - x, 0.0))
+        ek = training_loss(ov, hats, envelope_k, params)
+        gk = test_error(unravel(xk), params, rule)
+        return xk, ek, gk
 
-        def replica(w):
-            hats = hold_hats(hats_from_nodes(ov, params, nodes, w, hat_form=approx.hat_form), ib.hold_m,
-                             ib.hold_theta)
-            new = overlap_updates(hats, params)
-            new = new.replace(m=jnp.where(ib.hold_m, 0.0, new.m), theta0=jnp.where(ib.hold_theta, 0.0, new.theta0))
-            Fk = ravel_pytree(new)[0]
-            xk = x + jnp.linalg.solve(A, jnp.where(free, Fk - x, 0.0))
-            ek = training_loss(ov, hats, jnp.tensordot(w, nodes.envelope, axes=1), params)
-            gk = test_error(unravel(xk), params, rule)
-            return xk, ek, gk
-
-        if want_errors:
-            xs, es, gs = jax.vmap(replica)(W_rep)
-            err_x = spread_error(x, xs, main_is_mean=shares)
-            err_e = spread_error(e_t, es, main_is_mean=shares)
-            err_g = spread_error(eps_g, gs, main_is_mean=shares)
+    if want_errors:         # rows 1..K of the passes: the replicas
+        xs, es, gs = jax.vmap(replica)(jax.tree_util.tree_map(lambda a: a[1:], sums.hats), sums.envelope[1:])
+        err_x = spread_error(x, xs, main_is_mean=shares)
+        err_e = spread_error(e_t, es, main_is_mean=shares)
+        err_g = spread_error(eps_g, gs, main_is_mean=shares)
+    replicon = (replicon_from_moments(sums.replicon, shares, ov, params, solver.replicon_tie_width)
+                if want_replicon else None)
 
     invalid = (state.status == Status.INVALID_ITERATE) | (state.status == Status.INVALID_INPUT)
     blank = lambda v: jnp.where(invalid, jnp.nan, v)  # noqa: E731

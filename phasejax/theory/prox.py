@@ -660,34 +660,43 @@ def _best(values: Array, active: Array) -> Array:
     return jnp.argmin(jnp.where(jnp.broadcast_to(active, values.shape), values, jnp.inf), axis=1)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
 def lowest_minima(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active):
+    """`(h, grad_norm, start, h_starts)` of `lowest_minima_per_start` (without the per-start values)."""
+    return lowest_minima_per_start(objective, derivatives, settings, node_thetas, shared, starts, active)[:4]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def lowest_minima_per_start(objective, derivatives, settings: LaneSettings, node_thetas, shared, starts, active):
     """The lowest minimum of every node's proximal problem over its active starts (`minimize_lanes`).
 
     Node `i` minimises `objective(h, node_thetas[i] + shared)` (`node_thetas`: a tuple of `(N, ...)` arrays,
     `shared`: a tuple of unbatched values) from `starts (N, S, n)`, where `active (N, S)` (or broadcastable).
-    Returns `h (N, n)`, `grad_norm (N,)` (max-abs gradient), `start (N,)` (the index of the start kept) and
-    every start's end point `h_starts (N, S, n)` (an inactive start's is the start itself). Differentiable in
-    `node_thetas` and `shared` by the implicit function theorem at the kept minimum (`dh = -H^{-1} d_theta
-    grad_h objective`; a switch of the kept start is not differentiated; `h_starts` carries no tangent); the
-    starts are not differentiated.
+    Returns `h (N, n)`, `grad_norm (N,)` (max-abs gradient), `start (N,)` (the index of the start kept),
+    every start's end point `h_starts (N, S, n)` (an inactive start's is the start itself), value
+    `values (N, S)` (`inf` where not finite or not active) and gradient norm `grad_norms (N, S)`.
+    Differentiable in `node_thetas` and `shared` by the implicit function theorem at the kept minimum
+    (`dh = -H^{-1} d_theta grad_h objective`; a switch of the kept start is not differentiated; the per-start
+    outputs carry no tangent); the starts are not differentiated.
     """
     st = node_lanes(objective, derivatives, settings, node_thetas, shared, starts, active)
     best = _best(st.f, active)
     pick = lambda a: jnp.take_along_axis(a, best.reshape((-1,) + (1,) * (a.ndim - 1)), axis=1)[:, 0]  # noqa: E731
-    return pick(st.h), pick(jnp.max(jnp.abs(st.g), axis=-1)), best, st.h
+    gnorms = jnp.max(jnp.abs(st.g), axis=-1)
+    values = jnp.where(jnp.broadcast_to(active, st.f.shape), st.f, jnp.inf)
+    return pick(st.h), pick(gnorms), best, st.h, values, gnorms
 
 
-@lowest_minima.defjvp
+@lowest_minima_per_start.defjvp
 def _lowest_minima_jvp(objective, derivatives, settings, primals, tangents):
     node_thetas, shared, starts, active = primals
     d_node, d_shared = tangents[0], tangents[1]
-    h, gnorm, best, hs = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+    out = lowest_minima_per_start(objective, derivatives, settings, node_thetas, shared, starts, active)
+    h, gnorm, best, hs, values, gnorms = out
     dh = jax.vmap(lambda h_, th, dth: _implicit_tangents(objective, derivatives, h_, tuple(th) + tuple(shared),
                                                          tuple(dth) + tuple(d_shared))[0],
                   in_axes=(0, 0, 0))(h, tuple(node_thetas), tuple(d_node))
-    return ((h, gnorm, best, hs),
-            (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best), jnp.zeros_like(hs)))
+    return out, (dh, jnp.zeros_like(gnorm), jax.custom_derivatives.zero_from_primal(best), jnp.zeros_like(hs),
+                 jnp.zeros_like(values), jnp.zeros_like(gnorms))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))

@@ -382,6 +382,27 @@ class SplitProductRule:
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.rule(ov, params, frame)
 
+    def _copy_shifts(self, dtype) -> Array:
+        """The grid offsets `(n_replicas + 1, 2)` of the main rule (midpoints) and of every replica."""
+        return jnp.concatenate([jnp.full((1, 2), 0.5, dtype), jnp.asarray(self._shifts(), dtype)])
+
+    def copy_rule(self, ov, params, frame, copy) -> Quadrature:
+        """Copy `copy` (may be traced) of the rule: `0` the main rule, `k >= 1` replica `k`, for the normals
+        `frame` (the main rule's frame, or replica `k`'s from `orientations`)."""
+        shift = self._copy_shifts(ov.q0.dtype)[copy]
+        return self.rule(ov, params, frame, shift[0], shift[1])
+
+    def pass_copies(self, replicon: bool) -> tuple[int, ...]:
+        """The copies whose nodes a solution's error pass solves (`phasejax.theory.newton`): every replica, and
+        the main rule too for the replicon (which needs all of a node's minima)."""
+        return ((0,) if replicon else ()) + tuple(range(1, self.n_replicas + 1))
+
+    def pass_rows(self, weights: Array, copy) -> tuple[Array, Array]:
+        """`(rows (n_replicas + 1, N), owned (n_replicas + 1,))`: the weights of the main rule (row 0) and of every
+        replica (row `k`) on the nodes of copy `copy` (weights `(N,)`), and which rows that copy holds (its own)."""
+        owned = jnp.arange(self.n_replicas + 1) == copy
+        return jnp.where(owned[:, None], weights[None], 0.0), owned
+
     def replicas(self, ov, params, frame=None, replica_frames=None) -> tuple[Quadrature, Array]:
         """The `n_replicas` shifted rules (`replica_frames`: their normals, `orientations`; computed if `None`)
         as one `Quadrature` of `n_replicas N` nodes and their weights `(n_replicas, n_replicas N)`."""
@@ -451,6 +472,20 @@ class SobolRule:
         n = self.points.shape[0]
         return Quadrature(points=self.points.astype(ov.q0.dtype), weights=jnp.full((n,), 1.0 / n, ov.q0.dtype))
 
+    def copy_rule(self, ov, params, frame, copy) -> Quadrature:
+        """The main rule (its replicas share its nodes)."""
+        return self.main(ov, params)
+
+    def pass_copies(self, replicon: bool) -> tuple[int, ...]:
+        """One pass over the main nodes (the replicas are sub-rules of it)."""
+        return (0,)
+
+    def pass_rows(self, weights: Array, copy) -> tuple[Array, Array]:
+        """`(rows (n_replicas + 1, N), owned)`: the main weights `weights (N,)` and every scramble's."""
+        per = 2**self.log2_n
+        W = jnp.repeat(jnp.eye(self.n_replicas, dtype=weights.dtype), per, axis=1) / per
+        return jnp.concatenate([weights[None], W]), jnp.ones((self.n_replicas + 1,), bool)
+
     def replicas(self, ov, params, frame=None, replica_frames=None) -> tuple[Quadrature, Array]:
         q = self.main(ov, params)
         per = 2**self.log2_n
@@ -484,6 +519,16 @@ class FixedRule:
 
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.quadrature
+
+    def copy_rule(self, ov, params, frame, copy) -> Quadrature:
+        return self.quadrature
+
+    def pass_copies(self, replicon: bool) -> tuple[int, ...]:
+        """One pass over the nodes for the replicon; none otherwise (no replicas)."""
+        return (0,) if replicon else ()
+
+    def pass_rows(self, weights: Array, copy) -> tuple[Array, Array]:
+        return weights[None], jnp.ones((1,), bool)
 
     def replicas(self, ov, params, frame=None, replica_frames=None):
         return None

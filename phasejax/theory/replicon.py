@@ -45,6 +45,8 @@ converged fixed point (`phasejax bench` measures its cost).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -235,27 +237,58 @@ def replicon_nodes(scheme, ov: Overlaps, params: TiedAttentionParams, frame=None
     return points, w_main, W_rep, False
 
 
+class RepliconMoments(NamedTuple):
+    """Node averages behind the replicon, one per row of weights `(R,)` (the main rule's and its replicas'):
+    `regular (R, L, L, r^2, r^2)` and `smoothed` (the same) Gaussian averages of `J_{l l'} (x) J_{l l'}` of the
+    pointwise and the smoothed Jacobians, `two_minima (R,)` and `prox_unconverged (R,)` weight fractions."""
+
+    regular: Array
+    smoothed: Array
+    two_minima: Array
+    prox_unconverged: Array
+
+
+def replicon_moments(jacobians, rows: Array, params: TiedAttentionParams, prox_tol: float = 1e-8) -> RepliconMoments:
+    """`RepliconMoments` of the per-node `(J_regular, J_smoothed, two_minima, grad_norm)` of `minima_jacobians`
+    under the weights `rows (R, N)`."""
+    J_reg, J_tau, two, gnorm = jacobians
+    L, r = params.L, params.r
+    return RepliconMoments(regular=jnp.tensordot(rows, _second_moments(J_reg, L, r), axes=1),
+                           smoothed=jnp.tensordot(rows, _second_moments(J_tau, L, r), axes=1),
+                           two_minima=rows @ two.astype(rows.dtype),
+                           prox_unconverged=rows @ (gnorm > prox_tol).astype(rows.dtype))
+
+
+def replicon_from_moments(moments: RepliconMoments, shares: bool, ov: Overlaps, params: TiedAttentionParams,
+                          tie_width: float) -> RepliconResult:
+    """`RepliconResult` from `RepliconMoments` whose row 0 is the main rule's and rows `1..K` (if any) its
+    replicas' (`shares`: the scheme's `shares_main_nodes`, for the error's form)."""
+    dtype = moments.two_minima.dtype
+    tau = jnp.asarray(tie_width, dtype)
+    radius = lambda M: spectral_radius(replicon_operator(M, ov.V0, params))  # noqa: E731
+
+    def evaluate(m_reg, m_tau):
+        reg = radius(m_reg)
+        val = radius(m_tau) if tie_width > 0 else reg
+        return val, reg, tau * (val - reg)
+
+    val, reg, jump = evaluate(moments.regular[0], moments.smoothed[0])
+    nan = jnp.full((), jnp.nan, dtype)
+    errs = (nan, nan, nan)
+    if moments.two_minima.shape[0] > 1:
+        reps = jax.vmap(evaluate)(moments.regular[1:], moments.smoothed[1:])
+        errs = tuple(spread_error(m, k, main_is_mean=shares) for m, k in zip((val, reg, jump), reps))
+    return RepliconResult(value=val, regular=reg, jump=jump, two_minima=moments.two_minima[0],
+                          prox_unconverged=moments.prox_unconverged[0], tie_width=tau,
+                          value_err=errs[0], regular_err=errs[1], jump_err=errs[2])
+
+
 def replicon_from_jacobians(jacobians, w_main: Array, W_rep: Array | None, shares: bool, ov: Overlaps,
                             params: TiedAttentionParams, tie_width: float, prox_tol: float = 1e-8) -> RepliconResult:
     """`RepliconResult` from the per-node `(J_regular, J_smoothed, two_minima, grad_norm)` of `minima_jacobians`
     on the nodes of `replicon_nodes` (weights `w_main` and, for the errors, `W_rep`)."""
-    J_reg, J_tau, two, gnorm = jacobians
-    tau = jnp.asarray(tie_width, w_main.dtype)
-
-    def evaluate(w):
-        reg = replicon_from_nodes(J_reg, w, ov, params)
-        val = replicon_from_nodes(J_tau, w, ov, params) if tie_width > 0 else reg
-        return val, reg, tau * (val - reg)
-
-    val, reg, jump = evaluate(w_main)
-    nan = jnp.full((), jnp.nan, w_main.dtype)
-    errs = (nan, nan, nan)
-    if W_rep is not None:
-        reps = jax.vmap(evaluate)(W_rep)
-        errs = tuple(spread_error(m, k, main_is_mean=shares) for m, k in zip((val, reg, jump), reps))
-    return RepliconResult(value=val, regular=reg, jump=jump, two_minima=w_main @ two.astype(w_main.dtype),
-                          prox_unconverged=w_main @ (gnorm > prox_tol).astype(w_main.dtype), tie_width=tau,
-                          value_err=errs[0], regular_err=errs[1], jump_err=errs[2])
+    rows = w_main[None] if W_rep is None else jnp.concatenate([w_main[None], W_rep])
+    return replicon_from_moments(replicon_moments(jacobians, rows, params, prox_tol), shares, ov, params, tie_width)
 
 
 JUMP_TOL = 1e-7

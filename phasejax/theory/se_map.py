@@ -106,7 +106,8 @@ class MapEvaluation(NamedTuple):
     `E[M]`, `loss ()` `E[ell(h_hat)]`, `h (N, L r)` node minimisers, `h_starts (N, S, L r)` every start's
     minimiser (`S = 3`: warm, mirror, field; `S = 1` for `prox_starts="zero"`), `prox_grad_norm ()` the largest
     node residual, `prox_unconverged ()` weight fraction of nodes above `prox_tol`, `switched ()` whether an
-    alternative start found a lower minimum than the warm start at some node (the node changed basin).
+    alternative start found a lower minimum than the warm start at some node (the node changed basin),
+    `rule` the quadrature (`Quadrature`) it was evaluated on.
     """
 
     Fx: Array
@@ -119,9 +120,9 @@ class MapEvaluation(NamedTuple):
     prox_grad_norm: Array
     prox_unconverged: Array
     switched: Array
+    rule: object
 
 
-@jax.named_scope("se_map")
 def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: float = PSD_TOL,
            extra_starts: bool = False, frame=None) -> MapEvaluation:
     """One state-evolution map `x -> F(x)` (energetic then entropic update, held coordinates at 0).
@@ -130,25 +131,38 @@ def se_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: float =
     `alt_mode` (may be traced): the alternative start the prox tries besides the warm one, `0` its mirror,
     `1` the field `omega`, `-1` none (`extra_starts`: both); `psd_tol`: the validity checks' tolerance;
     `frame`: the rule's orientation (default `problem.frame`)."""
+    return evaluate_map(problem, x, warm, alt_mode, psd_tol, extra_starts, frame)[0]
+
+
+@jax.named_scope("se_map")
+def evaluate_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: float = PSD_TOL,
+                 extra_starts: bool = False, frame=None, copy=None, given_starts=None, field_warm=False):
+    """`se_map` on copy `copy` of the rule (`None` or `0`: the main rule; may be traced: the scheme's
+    `copy_rule`), with `given_starts` and `field_warm` as in `phasejax.theory.updates.node_values`:
+    `(MapEvaluation, NodeValues, the copy's weights (N,))`."""
     params, hold_m, hold_theta = problem.params, problem.init.hold_m, problem.init.hold_theta
     approx = problem.approximation
     ov = problem.unravel()(x)
-    rule = problem.scheme.main(ov, params, problem.frame if frame is None else frame)
+    frame = problem.frame if frame is None else frame
+    rule = problem.scheme.main(ov, params, frame) if copy is None else problem.scheme.copy_rule(ov, params, frame,
+                                                                                                  copy)
     nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=approx.prox_steps,
                         psd_tol=psd_tol, prox_tol=approx.prox_tol, extra_starts=extra_starts,
                         prox_starts=approx.prox_starts, hat_form=approx.hat_form,
-                        tie_width=approx.tie_width)
+                        tie_width=approx.tie_width, given_starts=given_starts, field_warm=field_warm)
     hats_open = hats_from_nodes(ov, params, nodes, rule.weights, hat_form=approx.hat_form)
     hats = hold_hats(hats_open, hold_m, hold_theta)
     new = overlap_updates(hats, params)
     new = new.replace(m=jnp.where(hold_m, 0.0, new.m), theta0=jnp.where(hold_theta, 0.0, new.theta0))
     E = lambda v: jnp.tensordot(rule.weights, v, axes=1)  # noqa: E731
     unconverged = E((nodes.grad_norm > approx.prox_tol).astype(x.dtype))
-    return MapEvaluation(Fx=ravel_pytree(new)[0], Fx_open=ravel_pytree(overlap_updates(hats_open, params))[0],
-                         hats=hats, envelope=E(nodes.envelope), loss=E(nodes.loss), h=nodes.h,
-                         h_starts=nodes.h_starts, prox_grad_norm=jnp.max(nodes.grad_norm),
-                         prox_unconverged=unconverged,
-                         switched=jnp.asarray(False) if nodes.start is None else jnp.any(nodes.start > 0))
+    ev = MapEvaluation(Fx=ravel_pytree(new)[0], Fx_open=ravel_pytree(overlap_updates(hats_open, params))[0],
+                       hats=hats, envelope=E(nodes.envelope), loss=E(nodes.loss), h=nodes.h,
+                       h_starts=nodes.h_starts, prox_grad_norm=jnp.max(nodes.grad_norm),
+                       prox_unconverged=unconverged,
+                       switched=jnp.asarray(False) if nodes.start is None else jnp.any(nodes.start > 0),
+                       rule=jax.lax.stop_gradient(rule))
+    return ev, nodes, rule.weights
 
 
 def initial_warm(params: TiedAttentionParams, scheme, ov, frame=None) -> Array:

@@ -48,7 +48,7 @@ from phasejax.theory.prox import (
     node_lanes,
     closed_form_prox,
     envelope_derivatives,
-    lowest_minima,
+    lowest_minima_per_start,
     moreau_objective,
     tie_weights,
 )
@@ -72,6 +72,8 @@ class NodeValues:
       h_starts: `(N, S, L r)` where every start ended (`S = 3`: warm, mirror, field; `1` for `prox_starts="zero"`;
         an inactive start's is the start itself); not differentiated.
       start: `(N,)` the index of the start whose minimum is kept (hard selection only, else `None`).
+      minima: every start's minimum (`NodeMinima`; hard selection only, else `None`), for what is read off all
+        of a node's minima (the replicon).
     """
 
     f: Array
@@ -86,6 +88,7 @@ class NodeValues:
     ff: Array | None = None
     h_starts: Array | None = None
     start: Array | None = None
+    minima: object = None
 
 
 STOP_TOL_FACTOR = 1e-5
@@ -97,7 +100,7 @@ are then exact to rounding, whatever the number of steps each start took."""
 def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: Array, alt_mode,
                 *, n_steps: int = 8, n_warm_steps: int | None = None, psd_tol: float = 1e-10,
                 prox_tol: float = 1e-9, extra_starts: bool = False, prox_starts: str = "multi",
-                hat_form: str = "stein", tie_width: float = 0.0) -> NodeValues:
+                hat_form: str = "stein", tie_width: float = 0.0, given_starts=None, field_warm=False) -> NodeValues:
     """Solve the proximal problem at every node `points (N, L (r + t))`.
 
     Starts: `warm (N, L r)` (the previous minimiser of the node; at most `n_warm_steps` damped Newton steps,
@@ -110,6 +113,11 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
     `tie_width > 0` (an energy) replaces the hard selection by `tie_weights` (see `node_values_at`). It
     always uses both alternative starts (as with `extra_starts`), so that the minima found do not depend on
     `alt_mode`.
+
+    `given_starts`: `None`, or `(use, alternatives (N, 2, L r), active (N, 2))` (`use` may be traced): where
+    `use`, the two alternatives are these starts, each run where `active`, instead of the mirror and the field
+    (the starts of a pass over another rule's nodes at a fixed point: where the main node's alternatives ended).
+    `field_warm` (may be traced): `warm` holds nothing yet; every node's field `omega` is its warm start.
     """
     if prox_starts not in ("multi", "zero"):
         raise ValueError(f"prox_starts must be 'multi' or 'zero', got {prox_starts!r}")
@@ -124,9 +132,16 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
     maps = field_maps(ov, params, psd_tol)
     xi = jax.vmap(lambda z: split_node(z, params)[0])(points)
     w = (params.sigma[None, :, None] * (xi @ maps.sqrt_q0.T) + maps.m_tokens[None]).reshape(N, L * r)
+    warm = jnp.where(field_warm, w, warm)
     mode = jnp.asarray(alt_mode)
     active = jnp.stack([jnp.asarray(True), (mode == 0) | extra_starts, (mode == 1) | extra_starts])
-    return node_values_at(ov, params, points, jnp.stack([warm, -warm, w], axis=1), active,
+    starts = jnp.stack([warm, -warm, w], axis=1)
+    if given_starts is not None:
+        use, alternatives, alt_active = given_starts
+        starts = jnp.where(use, jnp.concatenate([warm[:, None], alternatives], axis=1), starts)
+        active = jnp.where(use, jnp.concatenate([jnp.ones((N, 1), bool), alt_active], axis=1),
+                           jnp.broadcast_to(active, (N, 3)))
+    return node_values_at(ov, params, points, starts, active,
                           n_steps=(n_warm, n_steps, n_steps), psd_tol=psd_tol, prox_tol=prox_tol, hat_form=hat_form,
                           tie_width=tie_width)
 
@@ -186,21 +201,6 @@ def node_minima(ov: Overlaps, params: TiedAttentionParams, points: Array, starts
     return NodeMinima(hs=st.h, values=values, grad_norms=jnp.max(jnp.abs(st.g), axis=-1), fields=fields)
 
 
-def lowest_values(minima: NodeMinima, params: TiedAttentionParams) -> NodeValues:
-    """`NodeValues` of the lowest minimum of every node (the hard selection; Stein form, no derivatives)."""
-    fd = minima.fields
-    L, r = params.L, params.r
-    best = jnp.argmin(minima.values, axis=1)
-    pick = lambda a: jnp.take_along_axis(a, best.reshape((-1,) + (1,) * (a.ndim - 1)), axis=1)[:, 0]  # noqa: E731
-    h = pick(minima.hs)
-    N = h.shape[0]
-    hm = h.reshape(N, L, r)
-    f = jnp.einsum("lab,nlb->nla", fd.V_inv, hm - fd.omega)
-    loss = jax.vmap(lambda hh, t: sample_loss(hh, t, params))(hm, fd.T)
-    return NodeValues(f=f, h=h, envelope=pick(minima.values), loss=loss, grad_norm=pick(minima.grad_norms),
-                      xi=fd.xi, eta=fd.eta, h_starts=minima.hs)
-
-
 def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, starts: Array, active: Array, *,
                    n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, hat_form: str = "stein",
                    tie_width: float = 0.0) -> NodeValues:
@@ -256,7 +256,8 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
         return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff,
                           h_starts=jax.lax.stop_gradient(hs))
 
-    h, gnorm, start, h_starts = lowest_minima(objective, derivatives, settings, node_thetas, shared, starts, active)
+    h, gnorm, start, h_starts, values, gnorms = lowest_minima_per_start(objective, derivatives, settings, node_thetas,
+                                                                        shared, starts, active)
     hm = h.reshape(N, L, r)
     f = jnp.einsum("lab,nlb->nla", V_inv, hm - omega)
     envelope = jax.vmap(lambda hh, om, t: moreau_objective(hh, (om, t, V_inv, params)))(h, omega, T)
@@ -267,7 +268,8 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
             lambda a, b: sample_loss(a, params.target(b, params), params), hh, om, V_inv, hs))(hm, omega, hstar)
         dfdw, dfdh = der.df_domega, der.df_dhstar
     return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, df_domega=dfdw,
-                      df_dhstar=dfdh, h_starts=h_starts, start=start)
+                      df_dhstar=dfdh, h_starts=h_starts, start=start,
+                      minima=NodeMinima(hs=h_starts, values=values, grad_norms=gnorms, fields=fd))
 
 
 def check_tie_width(tie_width, hat_form: str) -> None:
