@@ -58,7 +58,7 @@ def run(args) -> int:
     run = ExtensionRun(run_dir=run_dir_from(args, args.out), progress=not args.no_progress,
                        chunk_size=args.chunk_size)
     paths = run_extension(args.name, args.preset, args.out, run=run, tied_path=args.tied_thresholds,
-                          replot=args.replot)
+                          replot=args.replot, command=flags.command_line())
     flags.print_paths(paths)
     print(f"extension {args.name} ({args.preset} preset) done in {time.time() - start:.0f} s")
     return 0

@@ -28,12 +28,13 @@ def extension_presets(name: str) -> dict:
 
 
 def run_extension(name: str, preset: str, out: str, *, run: ExtensionRun = ExtensionRun(),
-                  tied_path: str | None = None, replot: bool = False) -> list[str]:
+                  tied_path: str | None = None, replot: bool = False, command: str | None = None) -> list[str]:
     """Compute extension `name`'s `preset` (`"cpu"` or `"gpu"`), or with `replot` re-derive the thresholds,
     summary and extra tables from the `theory.csv` and `runs.csv` in `out`; add the replicon columns where they
     are missing; write the bundle and the figures into `out`. `run`: the run directory, progress bars and chunk
     size of the sweeps; `tied_path`: the tied model's `thresholds.csv` that untied and second_A compare with
-    (default: the repository's). Returns the paths written."""
+    (default: the repository's); `command`: the command line that computes it, recorded in `summary.json` (a
+    replot keeps the one its folder records). Returns the paths written."""
     from phasejax.extensions._tables import ExtensionResult, read_table
     from phasejax.extensions._thresholds import tied_thresholds
     from phasejax.plotting import save_figure
@@ -52,6 +53,8 @@ def run_extension(name: str, preset: str, out: str, *, run: ExtensionRun = Exten
         result = module.finish(result, **tied) if name == "untied" else module.finish(result)
     else:
         result = module.compute(preset, module.PRESETS[preset], run=run, **tied)
+        if command is not None:
+            result = dataclasses.replace(result, summary=dict(result.summary, command=command))
     problem = getattr(module, "replicon_problem", None)
     if problem is not None:
         recorded = result.summary.get("presets") or module.PRESETS[preset]

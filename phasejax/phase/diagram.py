@@ -431,6 +431,7 @@ class PhaseDiagram(ResultBundle):
         (`in_grid`, `below_grid`, `above_grid`, `undetermined`), the spinodals, and where each branch ends by
         collapsing onto its invariant plane (`end_positional`, `end_semantic`; NaN: not in the grid).
       config: the run's configuration (JSON).
+      command: the command line that computed it (shell-quoted), or `None` (a diagram computed from Python).
     """
 
     grid: PhaseGrid
@@ -438,6 +439,7 @@ class PhaseDiagram(ResultBundle):
     table: dict
     thresholds: dict
     config: dict
+    command: str | None = None
 
     FILES = (
         BundleFile("points.csv", required=dict(omega="number", alpha="number", branch="str", status="str",
@@ -479,6 +481,8 @@ class PhaseDiagram(ResultBundle):
                 theta=_max_rel(self.points, "theta"), train_loss_abs=_max_abs(self.points, "train_loss_err")),
             threshold_errors=THRESHOLD_ERRORS,
         )
+        if self.command is not None:
+            summary["command"] = self.command
         return dict(points={k: pts[k] for k in first + [k for k in pts if k not in first] if k in pts},
                     table=diag, thresholds=self.thresholds, summary=summary,
                     grid=dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas)))
@@ -508,7 +512,7 @@ class PhaseDiagram(ResultBundle):
                 v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
             table[k] = np.asarray(v).reshape(shape)
         return cls(grid=grid, points=pts, table=table, thresholds=contents["thresholds"],
-                   config=contents["summary"]["config"])
+                   config=contents["summary"]["config"], command=contents["summary"].get("command"))
 
     def unresolved(self) -> list[tuple[float, float, str, str]]:
         """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point

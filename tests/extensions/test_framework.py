@@ -220,3 +220,28 @@ def test_command_resumes_under_out_run_and_reuses_its_own_folder(tmp_path, monke
     assert main(["extension", "untied", "--out", str(out), "--preset", "gpu"]) == 2
     assert main(["extension", "untied", "--out", str(out), "--preset", "gpu", "--overwrite"]) == 0
     assert len(seen) == 3
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "rank2", "runs.csv")), reason="no committed outputs")
+def test_the_command_that_computed_an_extension_is_in_its_summary(tmp_path, monkeypatch):
+    """`phasejax extension` records its command line, shell-quoted, in summary.json when it computes (here the
+    committed rank2 tables stand in for the computation); a replot keeps what the folder records."""
+    import json
+    import shlex
+
+    from phasejax.cli import main
+    from phasejax.extensions._run import extension_module
+
+    module = extension_module("rank2")
+    committed = ExtensionResult.load(os.path.join(RESULTS, "rank2"), documents=getattr(module, "DOCUMENTS", ()))
+    monkeypatch.setattr(module, "compute", lambda *a, **k: committed)
+    out = tmp_path / "rank 2"
+    argv = ["extension", "rank2", "--out", str(out), "--no-progress", "--run-dir", str(tmp_path / "run")]
+    monkeypatch.setattr("sys.argv", ["/x/bin/phasejax", *argv])
+    assert main(argv) == 0
+    with open(out / "summary.json") as fh:
+        recorded = json.load(fh)["command"]
+    assert shlex.split(recorded) == ["phasejax", *argv]
+    assert main(["extension", "rank2", "--out", str(out), "--replot", "--overwrite", "--no-progress"]) == 0
+    with open(out / "summary.json") as fh:
+        assert json.load(fh)["command"] == recorded

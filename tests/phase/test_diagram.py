@@ -189,3 +189,28 @@ def test_load_names_the_damaged_file_and_column(tmp_path, damage):
         PhaseDiagram.load(str(out))
     for word in expect:
         assert word in str(info.value), str(info.value)
+
+
+def test_the_command_that_computed_a_diagram_is_in_its_summary(tmp_path, monkeypatch):
+    """`phasejax phase-diagram` records its command line, shell-quoted, in summary.json, and loading keeps it;
+    a diagram computed from Python records none (here the committed diagram stands in for the computation)."""
+    import json
+    import shlex
+
+    import phasejax.phase
+    from phasejax.cli import main
+
+    committed = PhaseDiagram.load(os.path.join(ROOT, "results", "phase_diagram"))
+    monkeypatch.setattr(phasejax.phase, "phase_diagram", lambda *a, **k: committed.__class__(
+        **{**committed.__dict__, "command": None}))
+    out = tmp_path / "a b"
+    argv = ["phase-diagram", "--out", str(out), "--no-progress", "--run-dir", str(tmp_path / "run")]
+    monkeypatch.setattr("sys.argv", ["/somewhere/bin/phasejax", *argv])
+    assert main(argv) == 0
+    with open(out / "summary.json") as fh:
+        recorded = json.load(fh)["command"]
+    assert shlex.split(recorded) == ["phasejax", *argv]
+    assert PhaseDiagram.load(str(out)).command == recorded
+    committed.__class__(**{**committed.__dict__, "command": None}).write(str(tmp_path / "py"))
+    with open(tmp_path / "py" / "summary.json") as fh:
+        assert "command" not in json.load(fh)
