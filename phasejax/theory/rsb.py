@@ -90,22 +90,49 @@ class RSBRule:
 
 
 def rsb_rule(outer_dim: int, inner_dim: int, *, log2_n: int = 10, n_replicas: int = 4, inner_order: int = 5,
-             seed: int = 0) -> RSBRule:
+             seed: int = 0, outer_scale: float = 1.0) -> RSBRule:
     """`n_replicas` Owen-scrambled Sobol rules of `2**log2_n` points in `outer_dim` dimensions (outer) and a tensor
-    Gauss-Hermite rule of `inner_order` nodes per dimension in `inner_dim` dimensions (inner)."""
+    Gauss-Hermite rule of `inner_order` nodes per dimension in `inner_dim` dimensions (inner).
+
+    `outer_scale = s > 1` draws the outer points from `N(0, s^2 I)` and weights them by the density ratio
+    `prod_d s exp(-x_d^2 (1 - 1 / s^2) / 2)`, normalised within each replica (importance sampling with a wider
+    proposal). For integrands that grow in the Gaussian tails (an envelope quadratic in the field) the plain rule's
+    error is dominated by its outermost strata and falls like `1 / N`; the weighted integrand decays in the tails and
+    the stratification error falls faster. `s = 1`: the plain rule."""
     for name, v, lo in (("outer_dim", outer_dim, 1), ("inner_dim", inner_dim, 1), ("log2_n", log2_n, 1),
                         ("n_replicas", n_replicas, 2), ("inner_order", inner_order, 1)):
         if isinstance(v, bool) or int(v) != v or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     if log2_n > 20:
         raise ValueError(f"log2_n must be <= 20, got {log2_n}")
+    if not (isinstance(outer_scale, (int, float)) and not isinstance(outer_scale, bool) and outer_scale >= 1.0):
+        raise ValueError(f"outer_scale must be a number >= 1, got {outer_scale!r}")
     per = 2 ** int(log2_n)
-    pts = np.concatenate([scrambled_sobol_points(int(outer_dim), int(log2_n), seed * 1009 + 7919 + k)
-                          for k in range(int(n_replicas))])
-    W = np.repeat(np.eye(int(n_replicas)), per, axis=1) / per
+    R = int(n_replicas)
+    seeds = [seed * 1009 + 7919 + k for k in range(R)]
     inner = gauss_hermite(int(inner_dim), int(inner_order))
-    return RSBRule(outer=np.asarray(pts, np.float64), outer_weights=np.full((pts.shape[0],), 1.0 / pts.shape[0]),
-                   replica_weights=W, inner=np.asarray(inner.points), inner_weights=np.asarray(inner.weights))
+    if outer_scale == 1.0:
+        pts = np.concatenate([scrambled_sobol_points(int(outer_dim), int(log2_n), sd) for sd in seeds])
+        W = np.repeat(np.eye(R), per, axis=1) / per
+        w_outer = np.full((pts.shape[0],), 1.0 / pts.shape[0])
+    else:
+        from scipy.special import ndtri
+        from scipy.stats import qmc
+
+        s = float(outer_scale)
+        u = np.concatenate([qmc.Sobol(int(outer_dim), scramble=True, seed=sd).random_base2(int(log2_n))
+                            for sd in seeds])
+        pts = s * ndtri(np.clip(u, 1e-16, 1.0 - 1e-16))
+        logw = np.sum(np.log(s) - 0.5 * pts ** 2 * (1.0 - 1.0 / s ** 2), axis=1).reshape(R, per)
+        w = np.exp(logw - logw.max(axis=1, keepdims=True))
+        w = w / w.sum(axis=1, keepdims=True)                                                 # (R, per)
+        W = np.zeros((R, R * per))
+        for k in range(R):
+            W[k, k * per:(k + 1) * per] = w[k]
+        w_outer = w.reshape(-1) / R
+    return RSBRule(outer=np.asarray(pts, np.float64), outer_weights=np.asarray(w_outer, np.float64),
+                   replica_weights=np.asarray(W, np.float64), inner=np.asarray(inner.points),
+                   inner_weights=np.asarray(inner.weights))
 
 
 # ----------------------------------------------------------------------------
@@ -178,6 +205,13 @@ class TiedAttentionRSB:
         V_inv = (1.0 / (sig**2 * d["V0"]))[:, None, None]
         return (omega, T), (V_inv, p), omega.reshape(No * Ni, L)
 
+    def replicon_metric(self, shared):
+        """`(Vb (n, n), S (L, L))` for the replicons: the block-diagonal prox precision of the `L` tokens and
+        `S = sigma^2 sigma^2^T`."""
+        V_inv = shared[0]
+        s2 = self.params.sigma ** 2
+        return jax.scipy.linalg.block_diag(*[V_inv[l] for l in range(self.params.L)]), s2[:, None] * s2[None, :]
+
     def observables(self, u, test_rule: Quadrature):
         """`test_error` of one state (self-overlap `q1 = q0 + Delta`, `theta0`, `m`: a state's test error depends
         only on its own overlaps) and the per-token `q1 = sigma^2 (q0 + Delta)`."""
@@ -236,6 +270,10 @@ class PerceptronRSB:
         N = omega.shape[0] * omega.shape[1]
         omega = omega.reshape(N, 1, 1)
         return (omega,), (1.0 / d["V0"], self.kappa), omega.reshape(N, 1)
+
+    def replicon_metric(self, shared):
+        """`(Vb (1, 1), S (1, 1))`: the prox precision `1 / V` and a unit token scale."""
+        return jnp.reshape(shared[0], (1, 1)), jnp.ones((1, 1), jnp.result_type(shared[0]))
 
     def observables(self, u, test_rule):
         return {}
@@ -687,7 +725,8 @@ def solve_rsb(params: TiedAttentionParams, u0, *, branch: str = "positional", mo
 def solve_perceptron_rsb(alpha, kappa, u0, *, mode: str = "ground", rule: RSBRule | None = None,
                          config: RSBConfig = RSBConfig()) -> RSBResult:
     """The reference model (`PerceptronRSB`) by the same code path: `u0 = (sqrt(Delta), V, y)`; `mode` as
-    `solve_rsb` (`rs` holds `Delta = 0`: the RS energy `(sqrt(alpha / alpha_G) - 1)^2 / 2`)."""
+    `solve_rsb` (`rs` holds `Delta = 0`: the RS energy `(sqrt(alpha / alpha_G) - 1)^2 / 2`; `ground` frees `y`:
+    the state of `Sigma = 0`, found from a start near it). `rule`: `perceptron_rule()` by default."""
     if not np.all(np.asarray(alpha) > 0):
         raise ValueError(f"alpha must be > 0, got {alpha}")
     if not np.all(np.asarray(kappa) < 0):
@@ -701,7 +740,7 @@ def solve_perceptron_rsb(alpha, kappa, u0, *, mode: str = "ground", rule: RSBRul
     if mode == "rs":
         u0 = u0.at[0].set(0.0)
     if rule is None:
-        rule = rsb_rule(1, 1, log2_n=12, n_replicas=4, inner_order=40)
+        rule = perceptron_rule()
     if mode == "rs":
         rule = rule.rs()
     model = PerceptronRSB(alpha_=jnp.asarray(alpha, jnp.float64), kappa=jnp.asarray(kappa, jnp.float64))
@@ -739,6 +778,15 @@ class RSBReplicon:
     tie_width: Array
 
 
+def rsb_replicon(model, u, rule: RSBRule, *, tie_width: float = 1e-3) -> RSBReplicon:
+    """The within-state and between-state replicons (`RSBReplicon`) of any model of this module (`TiedAttentionRSB`,
+    `PerceptronRSB`) at the state `u (n,)` on `rule` (the rule it was solved on). Float64 inside a scoped switch."""
+    if not (isinstance(tie_width, (int, float)) and tie_width > 0):
+        raise ValueError(f"tie_width must be a number > 0, got {tie_width!r}")
+    with float64_scope():
+        return _replicon_jit(model, jnp.asarray(u, jnp.float64), rule, float(tie_width))
+
+
 def _tilted_inner_weights(model, u, rule: RSBRule, M):
     """The states' measure on the inner nodes of every outer node: `w_i exp(-y M_i) / sum`, `(No, Ni)`."""
     No, Ni = rule.outer.shape[0], rule.inner.shape[0]
@@ -762,14 +810,12 @@ def attention_replicon(params: TiedAttentionParams, result: RSBResult, rule: RSB
 def _replicon_values(model, u, rule, tie_width):
     from phasejax.theory.prox import tie_weights
 
-    p = model.params
     d = model.unpack(u)
     objective, derivatives = model.prox()
     node_thetas, shared, omega = model.node_problems(u, rule)
     h, value, hs, values = dense_minima(objective, derivatives, node_thetas, shared, omega)
     n = omega.shape[1]
-    V_inv = shared[0]
-    Vb = jax.scipy.linalg.block_diag(*[V_inv[l] for l in range(p.L)])
+    Vb, S = model.replicon_metric(shared)
     eye = jnp.eye(n, dtype=omega.dtype)
     hess = (lambda hh, th: derivatives(hh, th)[2]) if derivatives is not None else jax.hessian(objective)
 
@@ -788,8 +834,6 @@ def _replicon_values(model, u, rule, tie_width):
     J, J_tau, g, two = jax.vmap(node)(omega, hs, values, *node_thetas)
     tilt = _tilted_inner_weights(model, u, rule, value)                                      # (No, Ni)
     No, Ni = tilt.shape
-    s2 = p.sigma ** 2
-    S = s2[:, None] * s2[None, :]
 
     def within(J_):
         per = jnp.einsum("lm,nlm->n", S, J_ ** 2).reshape(No, Ni)
@@ -805,9 +849,9 @@ def _replicon_values(model, u, rule, tie_width):
     return within(J), within(J_tau), between, two_w, d
 
 
-def _attention_replicon(model, u, rule, tie_width):
+def _rsb_replicon(model, u, rule, tie_width):
     reg, tau, betw, two, d = _replicon_values(model, u, rule, tie_width)
-    a = model.params.alpha
+    a = model.alpha()
     V0 = d["V0"]
     W = jnp.concatenate([jnp.asarray(rule.outer_weights)[None], jnp.asarray(rule.replica_weights)])
     R1 = a * V0 ** 2 * (W @ reg)
@@ -820,7 +864,7 @@ def _attention_replicon(model, u, rule, tie_width):
                        tie_width=jnp.asarray(tie_width, u.dtype))
 
 
-_replicon_jit = jax.jit(_attention_replicon, static_argnames=("tie_width",))
+_replicon_jit = jax.jit(_rsb_replicon, static_argnames=("tie_width",))
 
 
 def paired_difference(a: RSBResult, b: RSBResult, key: str = "energy") -> tuple[np.ndarray, float]:
@@ -834,6 +878,347 @@ def paired_difference(a: RSBResult, b: RSBResult, key: str = "energy") -> tuple[
     return diff, float(t_quantile_975(K - 1)) * np.std(reps, ddof=1) / np.sqrt(K)
 
 
+# ----------------------------------------------------------------------------
+# The ground, threshold and marginal states: one-dimensional searches in y
+# ----------------------------------------------------------------------------
+
+
+@struct.dataclass
+class LocatedState:
+    """One 1RSB state located in `y` (docs/rsb.md, "The ground, threshold and marginal states"), with 95% errors
+    (`_err`) from the spread of the same search repeated on each replica of the outer rule alone.
+
+    Attributes:
+      y: `()` the Parisi parameter of the state; phi, energy, complexity: `()` `Phi(y)`, `e = Phi + y dPhi/dy`,
+        `Sigma = y^2 dPhi/dy`; delta, V0: `()` `Delta = q1 - q0` and the response within the state; within,
+        between: `()` its replicons (`RSBReplicon`; `within` without the jump term), within_jump: `()` `A1`.
+        Each with `_err` (NaN where the replicas were not searched).
+      result: the `RSBResult` of the fixed-`y` solve at `y` on the full rule (the ground state: the solve with `y`
+        free); replicon: its `RSBReplicon`.
+      residual: `()` the search's criterion at the state: `|Sigma| / e` (ground), `|de/dy| y / e` from a central
+        difference (threshold), `|within - 1|` (marginal).
+      iterations: `()` fixed-`y` (or free-`y`) solves spent on the full rule.
+      status: `()` `phasejax.solvers.Status`: `CONVERGED`; `INVALID_INPUT` where the scan's range holds no such state
+        (values NaN); otherwise the worst status of the solves at the state.
+    """
+
+    y: Array
+    y_err: Array
+    phi: Array
+    phi_err: Array
+    energy: Array
+    energy_err: Array
+    complexity: Array
+    complexity_err: Array
+    delta: Array
+    delta_err: Array
+    V0: Array
+    V0_err: Array
+    within: Array
+    within_err: Array
+    within_jump: Array
+    between: Array
+    between_err: Array
+    result: RSBResult | None
+    replicon: RSBReplicon | None
+    residual: Array
+    iterations: Array
+    status: Array
+
+    @property
+    def status_name(self) -> str:
+        from phasejax.solvers import status_name
+
+        return status_name(self.status)
+
+
+@struct.dataclass
+class RSBStates:
+    """The ground (`Sigma = 0`), threshold (largest complexity, highest energy) and marginal (within-state replicon
+    at 1) states of a model (`LocatedState` each), and the fixed-`y` scan they were bracketed on: `scan_y (K,)`,
+    `scan_phi`, `scan_energy`, `scan_complexity`, `scan_within` (`(K,)` each, the full rule), `scan_status (K,)`."""
+
+    ground: LocatedState
+    threshold: LocatedState
+    marginal: LocatedState
+    scan_y: Array
+    scan_phi: Array
+    scan_energy: Array
+    scan_complexity: Array
+    scan_within: Array
+    scan_status: Array
+
+
+_STATE_KEYS = ("y", "phi", "energy", "complexity", "delta", "V0", "within", "between")
+
+
+def replica_rule(rule: RSBRule, r: int) -> RSBRule:
+    """Replica `r` of `rule` alone: its outer nodes and weights (its two `replica_weights` rows identical, so that
+    the solver's own error estimates are zero), the same inner rule."""
+    w = np.asarray(rule.replica_weights)[int(r)]
+    idx = np.nonzero(w)[0]
+    ww = w[idx] / w[idx].sum()
+    return RSBRule(outer=np.asarray(rule.outer)[idx], outer_weights=ww, replica_weights=np.stack([ww, ww]),
+                   inner=rule.inner, inner_weights=rule.inner_weights)
+
+
+class _FixedY:
+    """Fixed-`y` solves of one model on one rule, warm-started from the solved state nearest in `log y`."""
+
+    def __init__(self, model, free, rule, config, test_rule, tie_width, iy):
+        self.model, self.free, self.rule, self.config = model, np.asarray(free, bool), rule, config
+        self.test_rule, self.tie_width, self.iy = test_rule, tie_width, iy
+        self.solved: dict[float, tuple] = {}
+        self.count = 0
+
+    def seed(self, u):
+        self.solved[float(u[self.iy])] = (None, None, np.asarray(u))
+
+    def solve(self, y, *, replicon=False):
+        y = float(y)
+        if y not in self.solved or self.solved[y][0] is None:
+            ys = [k for k, v in self.solved.items() if v[0] is not None]
+            if ys:
+                near = min(ys, key=lambda k: abs(np.log(k / y)))
+                u0 = np.asarray(self.solved[near][0].u).copy()
+            else:
+                u0 = np.asarray(next(iter(self.solved.values()))[2]).copy()
+            u0[self.iy] = y
+            res = _solve_jit(self.model, jnp.asarray(u0), jnp.asarray(self.free), self.rule, self.config,
+                             self.test_rule)
+            self.count += 1
+            self.solved[y] = (res, None, None)
+        res, rep, _ = self.solved[y]
+        if replicon and rep is None:
+            rep = _replicon_jit(self.model, jnp.asarray(res.u), self.rule, self.tie_width)
+            self.solved[y] = (res, rep, None)
+        return self.solved[y][:2]
+
+    def ground(self, u0):
+        free = self.free.copy()
+        free[self.iy] = True
+        self.count += 1
+        res = _solve_jit(self.model, jnp.asarray(u0), jnp.asarray(free), self.rule, self.config, self.test_rule)
+        return res, _replicon_jit(self.model, jnp.asarray(res.u), self.rule, self.tie_width)
+
+
+def _values(res: RSBResult, rep: RSBReplicon) -> dict:
+    return dict(y=float(res.y), phi=float(res.phi), energy=float(res.energy), complexity=float(res.complexity),
+                delta=float(res.delta), V0=float(res.V0), within=float(rep.within), between=float(rep.between))
+
+
+def _locate_ground(fy: _FixedY, lo: float, hi: float, xtol: float):
+    """`Sigma(y) = 0` between `lo` (`Sigma > 0`) and `hi` (`Sigma < 0`): the solve with `y` free from the nearer
+    end, kept if it converges inside the bracket; else Brent's root of `Sigma(y)` on fixed-`y` solves."""
+    from scipy.optimize import brentq
+
+    r_lo, r_hi = fy.solve(lo)[0], fy.solve(hi)[0]
+    u0 = np.asarray((r_lo if abs(float(r_lo.complexity)) < abs(float(r_hi.complexity)) else r_hi).u)
+    res, rep = fy.ground(u0)
+    if int(res.status) == Status.CONVERGED and lo * (1 - 1e-9) <= float(res.y) <= hi * (1 + 1e-9):
+        return res, rep
+    y = brentq(lambda t: float(fy.solve(t)[0].complexity), lo, hi, xtol=xtol * lo, rtol=1e-12)
+    return fy.solve(y, replicon=True)
+
+
+def _locate_threshold(fy: _FixedY, lo: float, hi: float, xtol: float):
+    """The largest complexity: `e(y)` at its maximum in `(lo, hi)` (`dSigma/dy = y de/dy`), by Brent's bounded
+    search on fixed-`y` solves."""
+    from scipy.optimize import minimize_scalar
+
+    out = minimize_scalar(lambda t: -float(fy.solve(np.exp(t))[0].energy), bounds=(np.log(lo), np.log(hi)),
+                          method="bounded", options=dict(xatol=xtol))
+    return fy.solve(float(np.exp(out.x)), replicon=True)
+
+
+def _locate_marginal(fy: _FixedY, lo: float, hi: float, xtol: float):
+    """`within(y) = 1` between `lo` and `hi` (a sign change of `within - 1`), by Brent's root on fixed-`y` solves
+    with their within-state replicons."""
+    from scipy.optimize import brentq
+
+    y = brentq(lambda t: float(fy.solve(np.exp(t), replicon=True)[1].within) - 1.0, np.log(lo), np.log(hi),
+               xtol=xtol, rtol=1e-12)
+    return fy.solve(float(np.exp(y)), replicon=True)
+
+
+def _bracket_around(fy: _FixedY, kind: str, y0: float, width: float = 0.15, grow: int = 4):
+    """A bracket of state `kind` for a replica's search around the full rule's `y0`: `y0 (1 -+ width)`, widened
+    until the criterion changes sign (ground, marginal); `None` if it does not."""
+    lo, hi = y0 * (1 - width), y0 * (1 + width)
+    if kind == "threshold":
+        return lo, hi
+    if kind == "ground":
+        f = lambda t: float(fy.solve(t)[0].complexity)  # noqa: E731
+    else:
+        f = lambda t: float(fy.solve(t, replicon=True)[1].within) - 1.0  # noqa: E731
+    for _ in range(grow):
+        if f(lo) * f(hi) < 0:
+            return lo, hi
+        lo, hi = lo * (1 - width), hi * (1 + width)
+    return None
+
+
+def locate_rsb_states(model, u0, free, rule: RSBRule, *, y_range=(2.0, 32.0), n_scan: int = 8,
+                      config: RSBConfig = RSBConfig(), test_rule: Quadrature | None = None, tie_width: float = 1e-3,
+                      xtol: float = 1e-4, replica_errors: bool = True) -> RSBStates:
+    """Locate the ground, threshold and marginal 1RSB states of `model` (docs/rsb.md).
+
+    `u0 (n,)`: a start (its `y` is replaced); `free (n,)`: the coordinates solved at fixed `y` (`y` held).
+    Fixed-`y` solves on `n_scan` values of `y` geometric in `y_range` (each warm-started from the previous) bracket
+    the states: the ground state where `Sigma` changes sign from `+` to `-` (then a solve with `y` free, or
+    Brent's root of `Sigma(y)`), the threshold state at the scan's largest `e` (Brent's bounded search of `e(y)`,
+    whose maximum is `Sigma`'s), the marginal state where the within-state replicon crosses 1 (Brent's root).
+    `xtol`: the searches' tolerance in `log y`. With `replica_errors` each search is repeated on each replica of the
+    outer rule alone (`replica_rule`), from the full rule's state, and the replicas' spread gives the 95% errors.
+    The within-state replicon is its regular part (`RSBReplicon.within`); where its jump strength `within_jump` is
+    positive the replicon diverges and no state is marginal in this sense (the attention model).
+    Not jittable (a driver of jitted solves); float64 inside a scoped switch.
+    """
+    from phasejax.theory.results import t_quantile_975
+
+    y_lo, y_hi = (float(v) for v in y_range)
+    if not (0 < y_lo < y_hi and np.isfinite(y_hi)):
+        raise ValueError(f"y_range must be (lo, hi) with 0 < lo < hi, got {y_range!r}")
+    if isinstance(n_scan, bool) or int(n_scan) != n_scan or n_scan < 3:
+        raise ValueError(f"n_scan must be an integer >= 3, got {n_scan!r}")
+    if not xtol > 0:
+        raise ValueError(f"xtol must be > 0, got {xtol!r}")
+    iy = list(model.names).index("y")
+    with float64_scope():
+        fy = _FixedY(model, free, rule, config, test_rule, float(tie_width), iy)
+        fy.seed(np.asarray(u0, np.float64))
+        ys = np.geomspace(y_lo, y_hi, int(n_scan))
+        scan = [fy.solve(y, replicon=True) for y in ys]
+        sig = np.asarray([float(r.complexity) for r, _ in scan])
+        e = np.asarray([float(r.energy) for r, _ in scan])
+        R1 = np.asarray([float(p.within) for _, p in scan])
+        brackets = {}
+        k = np.nonzero((sig[:-1] > 0) & (sig[1:] <= 0))[0]
+        brackets["ground"] = (ys[k[0]], ys[k[0] + 1]) if k.size else None
+        k = int(np.argmax(e))
+        brackets["threshold"] = (ys[k - 1], ys[k + 1]) if 0 < k < len(ys) - 1 else None
+        k = np.nonzero(np.sign(R1[:-1] - 1.0) != np.sign(R1[1:] - 1.0))[0]
+        brackets["marginal"] = (ys[k[0]], ys[k[0] + 1]) if k.size else None
+        search = dict(ground=lambda f, lo, hi: _locate_ground(f, lo, hi, xtol),
+                      threshold=lambda f, lo, hi: _locate_threshold(f, lo, hi, xtol),
+                      marginal=lambda f, lo, hi: _locate_marginal(f, lo, hi, xtol))
+        located = {}
+        for kind in ("ground", "threshold", "marginal"):
+            if brackets[kind] is None:
+                located[kind] = _missing_state(Status.INVALID_INPUT)
+                continue
+            before = fy.count
+            res, rep = search[kind](fy, *brackets[kind])
+            main = _values(res, rep)
+            reps = []
+            if replica_errors:
+                for r in range(np.asarray(rule.replica_weights).shape[0]):
+                    fr = _FixedY(model, free, replica_rule(rule, r), config, test_rule, float(tie_width), iy)
+                    fr.seed(np.asarray(res.u))
+                    br = _bracket_around(fr, kind, main["y"])
+                    if br is not None:
+                        reps.append(_values(*search[kind](fr, *br)))
+            K = len(reps)
+            err = {key: (float(t_quantile_975(K - 1) * np.std([v[key] for v in reps], ddof=1) / np.sqrt(K))
+                         if K >= 2 else np.nan) for key in _STATE_KEYS}
+            located[kind] = _located(kind, res, rep, main, err, fy, fy.count - before)
+        return RSBStates(ground=located["ground"], threshold=located["threshold"], marginal=located["marginal"],
+                         scan_y=np.asarray(ys), scan_phi=np.asarray([float(r.phi) for r, _ in scan]), scan_energy=e,
+                         scan_complexity=sig, scan_within=R1,
+                         scan_status=np.asarray([int(r.status) for r, _ in scan], np.int32))
+
+
+def _located(kind, res, rep, main, err, fy, count) -> LocatedState:
+    if kind == "ground":
+        residual = abs(main["complexity"]) / abs(main["energy"])
+    elif kind == "threshold":
+        y, h = main["y"], 1e-3 * main["y"]
+        de = (float(fy.solve(y + h)[0].energy) - float(fy.solve(y - h)[0].energy)) / (2 * h)
+        residual = abs(de) * y / abs(main["energy"])
+    else:
+        residual = abs(main["within"] - 1.0)
+    status = int(res.status)
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    return LocatedState(y=f(main["y"]), y_err=f(err["y"]), phi=f(main["phi"]), phi_err=f(err["phi"]),
+                        energy=f(main["energy"]), energy_err=f(err["energy"]), complexity=f(main["complexity"]),
+                        complexity_err=f(err["complexity"]), delta=f(main["delta"]), delta_err=f(err["delta"]),
+                        V0=f(main["V0"]), V0_err=f(err["V0"]), within=f(main["within"]), within_err=f(err["within"]),
+                        within_jump=f(float(rep.within_jump)), between=f(main["between"]),
+                        between_err=f(err["between"]), result=res, replicon=rep, residual=f(residual),
+                        iterations=np.asarray(count, np.int32), status=np.asarray(status, np.int32))
+
+
+def _missing_state(status) -> LocatedState:
+    nan = np.asarray(np.nan)
+    return LocatedState(**{k: nan for k in ("y", "y_err", "phi", "phi_err", "energy", "energy_err", "complexity",
+                                             "complexity_err", "delta", "delta_err", "V0", "V0_err", "within",
+                                             "within_err", "within_jump", "between", "between_err", "residual")},
+                        result=None, replicon=None, iterations=np.asarray(0, np.int32),
+                        status=np.asarray(int(status), np.int32))
+
+
+def perceptron_rule(*, log2_n: int = 11, n_replicas: int = 4, inner_order: int = 32, seed: int = 0,
+                    outer_scale: float = 2.5) -> RSBRule:
+    """The reference model's default rule: scrambled Sobol in the pattern's field drawn from `N(0, outer_scale^2)`
+    and importance-weighted (`rsb_rule`), `inner_order` Gauss-Hermite nodes in `z`."""
+    return rsb_rule(1, 1, log2_n=log2_n, n_replicas=n_replicas, inner_order=inner_order, seed=seed,
+                    outer_scale=outer_scale)
+
+
+@uses_float64
+def perceptron_states(alpha, kappa, *, u0=(0.6, 4.0, 2.0), y_range=(2.0, 32.0), n_scan: int = 8,
+                      rule: RSBRule | None = None, config: RSBConfig = RSBConfig(), xtol: float = 1e-4,
+                      replica_errors: bool = True) -> RSBStates:
+    """The ground, threshold and marginal states of the reference model (`PerceptronRSB`) by `locate_rsb_states`;
+    `u0 = (sqrt(Delta), V, y)` starts the scan; `rule`: `perceptron_rule()` by default."""
+    if not np.all(np.asarray(alpha) > 0):
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if not np.all(np.asarray(kappa) < 0):
+        raise ValueError(f"kappa must be < 0 (a negative margin), got {kappa}")
+    model = PerceptronRSB(alpha_=jnp.asarray(alpha, jnp.float64), kappa=jnp.asarray(kappa, jnp.float64))
+    return locate_rsb_states(model, np.asarray(u0, np.float64), np.asarray([True, True, False]),
+                             perceptron_rule() if rule is None else rule, y_range=y_range, n_scan=n_scan,
+                             config=config, xtol=xtol, replica_errors=replica_errors)
+
+
+def perceptron_replicon(alpha, kappa, result: RSBResult, rule: RSBRule, *, tie_width: float = 1e-3) -> RSBReplicon:
+    """The replicons (`RSBReplicon`) of the reference model's state `result` on `rule`. Within the states:
+    `alpha (V / (1 + V))^2 E_xi <1[omega < kappa]>_y` (the prox of the quadratic hinge has one minimum: no jump)."""
+    model = PerceptronRSB(alpha_=jnp.asarray(alpha, jnp.float64), kappa=jnp.asarray(kappa, jnp.float64))
+    return rsb_replicon(model, result.u, rule, tie_width=tie_width)
+
+
+def perceptron_large_y(alpha: float, kappa: float) -> dict:
+    """The reference model's fixed-`y` states as `y -> infinity` in closed form (docs/rsb.md), where its RS point is
+    replicon-unstable through the smooth part of the envelope (`R_RS = alpha_G Phi(kappa) > 1`, no tie set):
+    `Delta y -> chi`, `V -> V_inf`, `Phi(y) - Phi_RS -> psi / y` and `Sigma(y) -> -psi`.
+
+    With `W / (1 + W) = sqrt(alpha_G / alpha)` (the RS response), `P = Phi(kappa)` (the fraction of the RS fields
+    below the margin): `V_inf / (1 + V_inf) = 1 / (P sqrt(alpha alpha_G))`, `chi = W - V_inf` and
+    `psi = -log(W / V_inf) / 2 + chi / (2 W) + (alpha P / 2) log((1 + W) / (1 + V_inf)) - alpha P chi / (2 (1 + W))`
+    (the first order in `1 / y` of `Phi` at `Delta = chi / y`, extremised in `chi` at fixed `W = V + chi`). Returns
+    `dict(V_rs=W, V_inf, chi, psi, replicon_rs)`. `replicon_rs = alpha_G Phi(kappa) = Phi(kappa) / int_{t < kappa}
+    Dt (kappa - t)^2 > 1` for every `kappa < 0` (Mills' inequality), so the limit exists throughout the UNSAT phase.
+    Raises `ValueError` unless `kappa < 0` and `alpha > alpha_G`."""
+    from scipy.stats import norm
+
+    if not (alpha > 0 and kappa < 0):
+        raise ValueError(f"alpha must be > 0 and kappa < 0, got alpha={alpha}, kappa={kappa}")
+    aG = gardner_capacity(kappa)
+    if not alpha > aG:
+        raise ValueError(f"alpha must exceed Gardner's capacity {aG:.6g} (UNSAT), got {alpha}")
+    P = float(norm.cdf(kappa))
+    r = np.sqrt(aG / alpha)
+    W = r / (1.0 - r)
+    R = alpha * P * r * r
+    v = 1.0 / (P * np.sqrt(alpha * aG))
+    V = v / (1.0 - v)
+    chi = W - V
+    psi = (-0.5 * np.log(W / V) + chi / (2 * W) + 0.5 * alpha * P * np.log((1 + W) / (1 + V))
+           - alpha * P * chi / (2 * (1 + W)))
+    return dict(V_rs=float(W), V_inf=float(V), chi=float(chi), psi=float(psi), replicon_rs=float(R))
+
+
 def gardner_capacity(kappa: float) -> float:
     """`alpha_G(kappa) = 1 / int_{-kappa}^inf Dt (t + kappa)^2`, the RS capacity of the spherical perceptron."""
     from scipy import integrate, stats
@@ -843,7 +1228,9 @@ def gardner_capacity(kappa: float) -> float:
 
 
 __all__ = [
-    "DENSE_GRID", "PerceptronRSB", "RSBReplicon", "attention_replicon", "RSBConfig", "RSBNewton", "RSBResult", "RSBRule", "RSB_MODES", "TiedAttentionRSB",
-    "attention_free", "attention_rule", "attention_state", "dense_minima", "gardner_capacity", "paired_difference",
-    "ridge_entropic", "rsb_rule", "solve_perceptron_rsb", "solve_rsb", "solve_rsb_problem",
+    "DENSE_GRID", "LocatedState", "PerceptronRSB", "RSBConfig", "RSBNewton", "RSBReplicon", "RSBResult", "RSBRule",
+    "RSBStates", "RSB_MODES", "TiedAttentionRSB", "attention_free", "attention_replicon", "attention_rule",
+    "attention_state", "dense_minima", "gardner_capacity", "locate_rsb_states", "paired_difference",
+    "perceptron_large_y", "perceptron_replicon", "perceptron_rule", "perceptron_states", "replica_rule",
+    "ridge_entropic", "rsb_replicon", "rsb_rule", "solve_perceptron_rsb", "solve_rsb", "solve_rsb_problem",
 ]
