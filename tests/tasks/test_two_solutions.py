@@ -63,7 +63,7 @@ def test_bad_masks():
         attention_mask("full", 7)
 
 
-@pytest.mark.slow       # two compilations of the two-phase training (~30 s on the 2-core CPU)
+@pytest.mark.slow       # two compilations of the two-phase training
 def test_two_solutions_sweep_equals_its_run_and_round_trips(tmp_path):
     from phasejax.sweep import RunOptions
     from phasejax.tasks.histogram.two_solutions import TwoSolutions, TwoSolutionsConfig, two_solutions, two_solutions_run

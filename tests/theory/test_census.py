@@ -23,7 +23,7 @@ def test_census_finds_the_positional_and_the_m_zero_fixed_points(census):
     assert np.any(d & (m > 0.1)) and np.any(d & (np.abs(m) < 1e-3))
 
 
-@pytest.mark.slow       # a second census run (~40 s on the 2-core CPU); the fixture's own checks stay in the default
+@pytest.mark.slow       # a second census run; the fixture's own checks stay in the default
 def test_every_distinct_point_is_a_fixed_point(census):
     r = census.results
     d = np.asarray(census.distinct)

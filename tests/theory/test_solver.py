@@ -71,7 +71,7 @@ def test_semantic_is_the_global_minimum_at_alpha_2(check_point):
 
 # The fixed rule is the one of test_continuation_equals_a_cold_start (its single solves share one compilation);
 # the vmapped batch (the accelerator default) and the adaptive rule's batch (a two-stage solve per lane) are
-# checked too, in the slow run (each is one more compilation, ~30 s on the 2-core CPU).
+# checked too, in the slow run (each is one more compilation).
 # lanes: 2 = the two points side by side (vmap, the accelerator default), 1 = one after the other (lax.map, the
 # CPU default)
 @pytest.mark.parametrize("rule,lanes", [pytest.param(gauss_hermite(4, 8), 2, id="fixed-vmapped",
