@@ -45,12 +45,12 @@ MAX_POINTS = 10**6
 """The largest grid (`n_alpha * n_omega`) the command accepts: about 2 s a point and subspace on a CPU core."""
 
 
-ROW_BYTES = 1.8e8
+ROW_BYTES = 6e7
 """Memory of one row program (one omega, one subspace, one track) with the default quadrature, whatever its number
-of alphas: the postprocessing and the replicon run per point inside the row's scan, so only the outputs grow with
-the row. XLA's memory analysis of the compiled chunk of one 40-alpha row with the replicon columns on a CPU:
-168 MB (`phasejax bench --parts program`; the slow test of `tests/theory/test_solver.py` checks that a longer row
-needs no more)."""
+of alphas: the error bars and the replicon come from passes of the solver's own loop, per point inside the row's
+scan, so only the outputs grow with the row. XLA's memory analysis of the compiled chunk of one 40-alpha row with
+the replicon columns on a CPU: 46 MB (`phasejax bench --parts program`; the slow test of
+`tests/theory/test_solver.py` checks that a longer row needs no more)."""
 
 ALPHA_BYTES = 1e4
 """The outputs of one point of a row (a few hundred numbers), with room to spare."""

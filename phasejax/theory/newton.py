@@ -294,12 +294,12 @@ class NewtonSE:
                 lambda: initial_warm(problem.params, problem.scheme, ov, problem.frame)))
         cold = jnp.asarray(cold, bool)
         zeros = lambda tree: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)  # noqa: E731
-        ev_shape = jax.eval_shape(lambda: evaluate_map(problem, x0, warm, 0, cfg.psd_tol)[0])
-        ev0 = zeros(ev_shape)
-        sums0 = None
-        if self.passes(problem):
-            sums0 = zeros(jax.eval_shape(lambda: self._pass_sums(
-                problem, x0, *evaluate_map(problem, x0, warm, 0, cfg.psd_tol, copy=0)[1:], 0)[0]))
+
+        def shapes():            # what an evaluation and a pass give (traced for their shapes only)
+            ev, nodes, weights = evaluate_map(problem, x0, warm, 0, cfg.psd_tol, copy=0)
+            return ev, (self._pass_sums(problem, x0, nodes, weights, 0)[0] if self.passes(problem) else None)
+
+        ev0, sums0 = zeros(jax.eval_shape(shapes))
         ends_shape = jax.eval_shape(lambda: orientations(problem, x0))
         frames_end = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ends_shape)
         status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
@@ -356,13 +356,24 @@ class NewtonSE:
                 given = (passing, state.h_alt, _distinct_alternatives(state.warm, state.h_alt))
 
         def evaluate():
-            return self._map_and_jac(problem, x, state.warm, alt_mode, frame, copy, given, state.field_warm)
+            """`(J, J_open, ev, sums)`: the map and its Jacobian at `x`, and the sums with a pass's rows added."""
+            J, J_open, ev, nodes, weights = self._map_and_jac(problem, x, state.warm, alt_mode, frame, copy, given,
+                                                              state.field_warm)
+            sums = state.sums
+            if passes:
+                def collect():
+                    new, owned = self._pass_sums(problem, x, nodes, weights, copy)
+                    return jax.tree_util.tree_map(
+                        lambda a, b: jnp.where(owned.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, state.sums)
+
+                sums = jax.lax.cond(passing, collect, lambda: state.sums)
+            return J, J_open, ev, sums
 
         if state.frame is None:
-            J, J_open, ev, nodes, weights = evaluate()
+            J, J_open, ev, sums = evaluate()
         else:            # an orienting step evaluates nothing
-            J, J_open, ev, nodes, weights = jax.lax.cond(orienting, lambda: jax.tree_util.tree_map(
-                lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(evaluate)), evaluate)
+            J, J_open, ev, sums = jax.lax.cond(orienting, lambda: (state.jac, state.jac_open, state.ev, state.sums),
+                                               evaluate)
         ok = (self._valid(problem, x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J))
               & jnp.all(jnp.isfinite(ev.h)))
         residual = _scaled_residual(x, ev.Fx, free)
@@ -448,13 +459,7 @@ class NewtonSE:
             oriented = state._replace(frame=frame, frames_end=new.frames_end, stage=state.first_stage)
             new = jax.tree_util.tree_map(lambda a, b: jnp.where(orienting, a, b), oriented, new)
         if passes:       # a pass leaves the solve's state as it is (every update above is gated on running)
-            def collect():
-                sums, owned = self._pass_sums(problem, x, nodes, weights, copy)
-                return jax.tree_util.tree_map(
-                    lambda a, b: jnp.where(owned.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), sums, state.sums)
-
-            new = new._replace(sums=jax.lax.cond(passing, collect, lambda: state.sums),
-                               pass_index=state.pass_index + passing.astype(jnp.int32))
+            new = new._replace(sums=sums, pass_index=state.pass_index + passing.astype(jnp.int32))
         return new
 
     def terminate(self, problem: SEProblem, state: SEState):
