@@ -531,8 +531,10 @@ class PhaseDiagram(ResultBundle):
 
 
 def _max_rel(points, key) -> float | None:
+    """The largest `error / |value|` of `key` over the branch points whose value is resolved (larger than its
+    error): a coordinate held at zero, or at rounding level on a collapsed branch, has no relative error."""
     v, e = np.asarray(points[key], float), np.asarray(points.get(key + "_err", np.nan), float)
-    sel = np.asarray(points["is_branch"]).astype(bool) & np.isfinite(e) & (np.abs(v) > 1e-12)
+    sel = np.asarray(points["is_branch"]).astype(bool) & np.isfinite(e) & (np.abs(v) > np.maximum(e, 1e-12))
     return float(np.max(np.abs(e[sel] / v[sel]))) if sel.any() else None
 
 
