@@ -80,10 +80,12 @@ def network_output(X: Array, W: Array, skip) -> Array:
 def sequence_index_from_output(y: Array) -> Array:
     """For `T = 2`: the `u (..., 2)` with `softmax(u u^T) = y (..., 2, 2)`; the other solution is `-u`.
 
-    With `a = logit(1 - y_01) = u_0 (u_0 - u_1)` and `b = logit(1 - y_10) = u_1 (u_1 - u_0)`,
-    `(u_0 - u_1)^2 = a + b`, so `u = (a, -b) / sqrt(a + b)` (the sign is the model's symmetry).
+    With `a = log(y_00 / y_01) = u_0 (u_0 - u_1)` and `b = log(y_11 / y_10) = u_1 (u_1 - u_0)`,
+    `(u_0 - u_1)^2 = a + b`, so `u = (a, -b) / sqrt(a + b)` (the sign is the model's symmetry). Each log-ratio
+    is read from both entries of its row, not as `logit(1 - y_01)`: where a row saturates (`y_00` rounds to 1),
+    `1 - y_00` has lost the small entry that `y_01` still holds to full relative precision.
     """
-    a = jnp.log1p(-y[..., 0, 1]) - jnp.log(y[..., 0, 1])
-    b = jnp.log1p(-y[..., 1, 0]) - jnp.log(y[..., 1, 0])
+    a = jnp.log(y[..., 0, 0]) - jnp.log(y[..., 0, 1])
+    b = jnp.log(y[..., 1, 1]) - jnp.log(y[..., 1, 0])
     s = jnp.sqrt(jnp.maximum(a + b, jnp.finfo(y.dtype).tiny))
     return jnp.stack([a / s, -b / s], axis=-1)

@@ -388,6 +388,30 @@ def continuation(alphas, skip, q0=None, draws: Draws | None = None, rule=None, *
     return out
 
 
+@uses_float64
+def se_trajectory(alpha, skip, q0, draws: Draws, rule, steps: int) -> Array:
+    """The state evolution from `q0 (L,)` step by step: the overlaps after each of `steps` steps `(steps, L)` (no
+    stopping test; the counterpart of an AMP run's history from the same start)."""
+    layers = draws.xi.shape[1]
+    _check(alpha, skip, q0, layers=layers)
+    if isinstance(steps, bool) or int(steps) != steps or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    return _trajectory_jit(jnp.asarray(alpha, jnp.float64), jnp.asarray(skip, jnp.float64),
+                           jnp.asarray(q0, jnp.float64), draws, rule, int(steps))
+
+
+def _trajectory(alpha, skip, q0, draws, rule, steps):
+    def body(q, _):
+        qhat, _ = se_map(q, alpha, skip, draws, rule)
+        new = jnp.minimum(qhat / (1.0 + qhat), Q_MAX)
+        return new, new
+
+    return jax.lax.scan(body, q0, None, length=steps)[1]
+
+
+_trajectory_jit = jax.jit(_trajectory, static_argnames=("steps",))
+
+
 def _scan(body, init, xs):
     return jax.lax.scan(body, init, xs)
 

@@ -50,6 +50,36 @@ def test_output_determines_the_sequence_index_up_to_sign():
         np.testing.assert_allclose(model_output(flip, 1.3), model_output(Z, 1.3), atol=1e-14)
 
 
+def test_channel_inverse_reads_saturated_rows():
+    """Where a row of the output saturates (its large entry rounds to 1, the small one is still held to full
+    relative precision), the sequence index is read from both entries of the row: `u` to 1e-9 relative for
+    projections large enough that `1 - y` has lost every digit of the small entry."""
+    with float64_scope():
+        u = jnp.asarray([[13.0, 6.0], [-9.0, -2.5], [0.5, 12.0], [7.0, -6.0], [0.3, -0.2]])
+        y = jax.nn.softmax(u[:, :, None] * u[:, None, :], axis=-1)
+        assert bool(jnp.any(y == 1.0))  # saturated rows
+        v = sequence_index_from_output(y)
+        err = jnp.minimum(jnp.abs(u - v).max(-1), jnp.abs(u + v).max(-1)) / jnp.abs(u).max(-1)
+        assert float(err.max()) < 1e-9, err
+
+
+def test_amp_start_is_independent_of_the_data():
+    """`amp_keys` gives the data and AMP's start independent streams: no token of the data has more than a chance
+    overlap with the start's random direction (`|xi . x| / d` of order `1 / sqrt(d)`; a start drawn from one of the
+    tokens' keys has overlap 1 with a token)."""
+    from phasejax.depth import sample_data
+    from phasejax.depth.amp import amp_keys, initial_estimate
+
+    with float64_scope():
+        d = 400
+        data_key, start_key = amp_keys(jax.random.PRNGKey(7))
+        data = sample_data(data_key, d, 1.0, 1.0, layers=3)
+        xi = initial_estimate(jnp.zeros_like(data.W), start_key, 1.0, 0.0)  # run_amp's random direction
+        overlaps = jnp.abs(jnp.einsum("ld,ntd->lnt", xi, data.X)) / d
+        assert float(overlaps.max()) < 6 / np.sqrt(d)
+        assert float(jnp.abs(xi @ data.W.T).max()) / d < 6 / np.sqrt(d)
+
+
 def test_posterior_rules_agree():
     """The two independent rules for the posterior (Gauss-Hermite mixture, graded trapezoidal grid) give the same
     moments and evidence, also on the narrow ridge (small V_2, the mixture's ridge components), where the mixture
@@ -188,15 +218,15 @@ def test_amp_fixed_point_matches_state_evolution():
     """AMP on data (d = 2000, alpha = 1.2, skip 1; 3 seeds; start m = q = 0.1 on both layers) ends at the SE's
     fixed point within the finite-size band (3 standard deviations over seeds plus 2 / sqrt(d))."""
     from phasejax.depth import run_amp, sample_data
+    from phasejax.depth.amp import amp_keys
 
     with float64_scope():
         rule, skip, alpha, d = inner_rule(10), 1.0, 1.2, 2000
         se = solve_se(alpha, skip, draws=se_draws(1024, seed=3), rule=rule, max_iterations=200, tol=1e-8)
         ms = []
         for s in range(3):
-            key = jax.random.PRNGKey(s)
-            res = run_amp(sample_data(key, d, alpha, skip), skip, jax.random.fold_in(key, 1), q_init=0.1,
-                          m_init=0.1, rule=rule)
+            data_key, start_key = amp_keys(jax.random.PRNGKey(s))
+            res = run_amp(sample_data(data_key, d, alpha, skip), skip, start_key, q_init=0.1, m_init=0.1, rule=rule)
             ms.append(np.asarray(res.m))
         ms = np.asarray(ms)
         band = 3 * ms.std(0, ddof=1) + 2 / np.sqrt(d)
