@@ -247,11 +247,13 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
 
 
 def test_a_phase_diagram_beyond_memory_is_refused_before_compiling(tmp_path, run_cli, monkeypatch):
-    """The row programs' memory estimate against what the device has (here made 64 MiB): refused in one line
-    naming the flag that shrinks it, nothing computed or written."""
+    """The row programs' memory estimate against what the device has (here made 16 MiB, below one row program's
+    `ROW_BYTES`): refused in one line naming the flag that shrinks it, nothing computed or written."""
     import phasejax.sweep
+    from phasejax.commands.phase_diagram import ROW_BYTES
 
-    monkeypatch.setattr(phasejax.sweep, "available_memory", lambda device=None: 2**26)
+    assert ROW_BYTES > 2**24
+    monkeypatch.setattr(phasejax.sweep, "available_memory", lambda device=None: 2**24)
     argv = ["phase-diagram", "--n-alpha", "40", "--n-omega", "2", "--out", str(tmp_path / "out")]
     got, out, err = run_cli(argv)
     assert got == 1, err
