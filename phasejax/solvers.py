@@ -74,6 +74,15 @@ def status_name(code) -> str:
     return Status(int(np.asarray(code))).name.lower()
 
 
+class HasStatus:
+    """For result types with a `status` field (a `Status` code): its name, `status_name`."""
+
+    @property
+    def status_name(self) -> str:
+        """Name of the status of an unbatched result (`"converged"`, ...)."""
+        return status_name(self.status)
+
+
 def status_names(codes) -> np.ndarray:
     """Vectorised `status_name` over an array of codes (for CSV columns)."""
     return np.asarray([status_name(c) for c in np.asarray(codes).ravel()]).reshape(np.shape(codes))

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.solvers import Status, status_name
+from phasejax.solvers import HasStatus, Status
 from phasejax.theory.fields import Hats, Overlaps
 
 Array = jax.Array
@@ -70,7 +70,7 @@ class SEErrors:
 
 
 @struct.dataclass
-class SEResult:
+class SEResult(HasStatus):
     """Fixed point of the state evolution and its diagnostics.
 
     Attributes:
@@ -143,11 +143,6 @@ class SEResult:
     @property
     def m_err(self) -> Array:
         return self.errors.overlaps.m
-
-    @property
-    def status_name(self) -> str:
-        """Name of the status of an unbatched result (`"converged"`, ...)."""
-        return status_name(self.status)
 
 
 def per_token(sigma: Array, x: Array) -> Array:

@@ -48,7 +48,7 @@ import numpy as np
 from flax import struct
 
 from phasejax.precision import float64_scope, uses_float64
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import HasStatus, Status, iterate
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import TiedAttentionParams, validate_params
 from phasejax.theory.prox import LaneSettings, closed_form_prox, lowest_minima
@@ -506,7 +506,7 @@ class RSBNewton:
 
 
 @struct.dataclass
-class RSBResult:
+class RSBResult(HasStatus):
     """A 1RSB (or RS) stationary point with its quadrature errors (95% half-widths, `_err`).
 
     Attributes:
@@ -553,12 +553,6 @@ class RSBResult:
     prox_residual: Array
     iterations: Array
     status: Array
-
-    @property
-    def status_name(self) -> str:
-        from phasejax.solvers import status_name
-
-        return status_name(self.status)
 
     @property
     def converged(self) -> Array:
@@ -884,7 +878,7 @@ def paired_difference(a: RSBResult, b: RSBResult, key: str = "energy") -> tuple[
 
 
 @struct.dataclass
-class LocatedState:
+class LocatedState(HasStatus):
     """One 1RSB state located in `y` (docs/rsb.md, "The ground, threshold and marginal states"), with 95% errors
     (`_err`) from the spread of the same search repeated on each replica of the outer rule alone.
 
@@ -924,12 +918,6 @@ class LocatedState:
     residual: Array
     iterations: Array
     status: Array
-
-    @property
-    def status_name(self) -> str:
-        from phasejax.solvers import status_name
-
-        return status_name(self.status)
 
 
 @struct.dataclass
