@@ -49,10 +49,10 @@ class Preset:
     `amp_seeds`, `amp_order`.
     """
 
-    target: float = 0.0025
+    target: float = 0.0019
     draws_first: int = 8192
     draws_second: int = 8192
-    max_draws: int = 65536
+    max_draws: int = 131072
     step: float = 0.16
     rule_draws: int = 256
     check_order: int = 32
@@ -98,7 +98,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def add_arguments(ap) -> None:
-    add_preset(ap, "cpu: 9 skips, thresholds to a Monte Carlo error of 0.0025, SE at skip 1, AMP d <= 2000; "
+    add_preset(ap, "cpu: 9 skips, thresholds to a Monte Carlo error of 0.0019, SE at skip 1, AMP d <= 2000; "
                    "gpu: error 0.001, SE at skips 0.5, 1, 2, AMP d <= 8000 (three layers: THREE_PRESETS)")
     ap.add_argument("--layers", type=int, choices=(2, 3), default=2, help="two or three attention layers")
     ap.add_argument("--skip-grid", type=_floats, default=None,
@@ -257,6 +257,7 @@ def amp_table(preset: Preset, seed: int) -> dict:
     import numpy as np
 
     from phasejax.depth import continuation, rule_for, run_amp, sample_data, se_draws
+    from phasejax.depth.amp import amp_keys
     from phasejax.solvers import status_name
 
     skip, alphas = preset.amp_skip, np.asarray(preset.amp_alphas)
@@ -266,12 +267,13 @@ def amp_table(preset: Preset, seed: int) -> dict:
     for i, a in enumerate(alphas):
         for d in preset.amp_d:
             for s in range(preset.amp_seeds):
-                key = jax.random.PRNGKey(1000 * seed + 7 * s + d)
-                data = sample_data(key, d, a, skip)
-                res = run_amp(data, skip, jax.random.fold_in(key, 1), q_init=0.1, m_init=0.1, rule=rule,
+                data_key, start_key = amp_keys(jax.random.PRNGKey(1000 * seed + 7 * s + d))
+                data = sample_data(data_key, d, a, skip)
+                res = run_amp(data, skip, start_key, q_init=0.1, m_init=0.1, rule=rule,
                               max_iterations=80)
                 rows.append(dict(skip=skip, alpha=a, d=d, seed=s, m1=float(res.m[0]), m2=float(res.m[1]),
-                                 q1_amp=float(res.q[0]), q2_amp=float(res.q[1]), se_q1=float(se.q[i, 0]),
+                                 q1_amp=float(res.q[0]), q2_amp=float(res.q[1]), w1_norm=float(res.teacher_norm[0]),
+                                 w2_norm=float(res.teacher_norm[1]), se_q1=float(se.q[i, 0]),
                                  se_q2=float(se.q[i, 1]), se_q1_se=float(se.q_se[i, 0]),
                                  se_q2_se=float(se.q_se[i, 1]), iterations=int(res.iterations),
                                  status=status_name(res.status)))
@@ -330,7 +332,10 @@ def run(args) -> int:
 class ThreePreset:
     """What `phasejax depth --layers 3` computes: thresholds at `skips` (`phasejax.depth.ThreeSettings` from the
     rule orders and draws below), SE curves at `se_skip` over `se_alphas` (rule `se_outer`, `se_inner`, `se_draws`
-    draws), and AMP at `amp_alphas`, `amp_d`, `amp_seeds` with the SE's rule, at most `amp_iterations` steps."""
+    draws), and AMP at `amp_alphas`, `amp_d`, `amp_seeds` with the SE's rule, at most `amp_iterations` steps.
+    The rule study of AMP (`amp_rules.csv`): at `rules_alpha`, on the first seed's data at the smallest `d`, AMP
+    from each of `rules_starts` (`m = q` per layer) with the SE's rule and with the finer `rules_fine`
+    (outer, inner order), `rules_iterations` steps each, against the SE from the same starts."""
 
     skips: tuple = (0.5, 1.0, 2.0)
     outer_order: int = 4
@@ -350,6 +355,10 @@ class ThreePreset:
     amp_d: tuple = (1000,)
     amp_seeds: int = 3
     amp_iterations: int = 100
+    rules_alpha: float = 1.6
+    rules_starts: tuple = ((0.1, 0.1, 0.1), (0.9, 0.1, 0.99))
+    rules_fine: tuple = (8, 8)
+    rules_iterations: int = 25
 
 
 THREE_PRESETS = {
@@ -443,17 +452,68 @@ def three_amp_table(preset: ThreePreset, se: dict, seed: int) -> dict:
         at = np.nonzero(np.isclose(se["alpha"], a))[0]
         for d in preset.amp_d:
             for s in range(preset.amp_seeds):
-                key = jax.random.PRNGKey(1000 * seed + 7 * s + d + 3)
-                data = sample_data(key, d, a, c, layers=3)
-                res = run_amp(data, c, jax.random.fold_in(key, 1), q_init=0.1, m_init=0.1, rule=rule,
+                data_key, start_key = _three_amp_keys(seed, s, d)
+                data = sample_data(data_key, d, a, c, layers=3)
+                res = run_amp(data, c, start_key, q_init=0.1, m_init=0.1, rule=rule,
                               max_iterations=preset.amp_iterations)
                 row = dict(skip=c, alpha=a, d=d, seed=s)
                 for k in range(3):
                     row[f"m{k + 1}"] = float(res.m[k])
                 for k in range(3):
+                    row[f"q{k + 1}_amp"] = float(res.q[k])
+                for k in range(3):
+                    row[f"w{k + 1}_norm"] = float(res.teacher_norm[k])
+                for k in range(3):
                     for name in (f"q{k + 1}", f"q{k + 1}_se"):
                         row[f"se_{name}"] = float(se[name][at[0]]) if at.size else np.nan
                 row.update(iterations=int(res.iterations), status=status_name(res.status))
+                rows.append(row)
+    return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+
+def _three_amp_keys(seed: int, s: int, d: int):
+    """The data's and AMP's start keys of the three-layer run of seed index `s` at dimension `d` (`amp_keys`)."""
+    import jax
+
+    from phasejax.depth.amp import amp_keys
+
+    return amp_keys(jax.random.PRNGKey(1000 * seed + 7 * s + d + 3))
+
+
+def three_amp_rules(preset: ThreePreset, seed: int) -> dict:
+    """The rule study of AMP (`ThreePreset`): per start, rule and step, AMP's overlaps `m1..3` (with the teacher's
+    norms `w1..3_norm`) and the SE's from the same start after as many steps, with the SE's rule (`se_q1..3`) and
+    with the finer rule (`se_fine_q1..3`), on the same draws."""
+    import numpy as np
+
+    from phasejax.depth import run_amp, sample_data, se_draws, three_rule
+    from phasejax.depth.se import se_trajectory
+    from phasejax.solvers import status_name
+
+    c, a, d, steps = preset.se_skip, preset.rules_alpha, min(preset.amp_d), preset.rules_iterations
+    draws = se_draws(preset.se_draws, seed + 2, layers=3)
+    data_key, start_key = _three_amp_keys(seed, 0, d)
+    data = sample_data(data_key, d, a, c, layers=3)
+    rules = {"se": three_rule(preset.se_outer, preset.se_inner), "fine": three_rule(*preset.rules_fine)}
+    orders = {"se": (preset.se_outer, preset.se_inner), "fine": tuple(preset.rules_fine)}
+    rows = []
+    for start in preset.rules_starts:
+        se = {name: np.asarray(se_trajectory(a, c, start, draws, r, steps)) for name, r in rules.items()}
+        for name, r in rules.items():
+            res = run_amp(data, c, start_key, q_init=start, m_init=start, rule=r, max_iterations=steps, tol=0.0)
+            hist = np.asarray(res.m_history)
+            for t in range(steps):
+                row = dict(skip=c, alpha=a, d=d, start=",".join(f"{v:g}" for v in start), rule=name,
+                           outer=orders[name][0], inner=orders[name][1], step=t + 1)
+                for k in range(3):
+                    row[f"m{k + 1}"] = float(hist[t, k])
+                for k in range(3):
+                    row[f"w{k + 1}_norm"] = float(res.teacher_norm[k])
+                for k in range(3):
+                    row[f"se_q{k + 1}"] = float(se["se"][t, k])
+                for k in range(3):
+                    row[f"se_fine_q{k + 1}"] = float(se["fine"][t, k])
+                row["status"] = status_name(res.status)
                 rows.append(row)
     return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
 
@@ -464,7 +524,8 @@ def three_se_at_steps(preset: ThreePreset, amp: dict, seed: int) -> dict:
     SE step by step, so a run stopped before its fixed point is compared with the SE at the same step."""
     import numpy as np
 
-    from phasejax.depth import se_draws, solve_se, three_rule
+    from phasejax.depth import se_draws, three_rule
+    from phasejax.depth.se import se_trajectory
 
     c = preset.se_skip
     draws = se_draws(preset.se_draws, seed + 2, layers=3)
@@ -472,20 +533,21 @@ def three_se_at_steps(preset: ThreePreset, amp: dict, seed: int) -> dict:
     out = {k: np.asarray(v) for k, v in amp.items()}
     cols = np.full((len(out["alpha"]), 3), np.nan)
     for a in np.unique(out["alpha"]):
-        for steps in np.unique(out["iterations"][out["alpha"] == a]):
-            res = solve_se(float(a), c, q0=(0.1, 0.1, 0.1), draws=draws, rule=rule, tol=1e-4,
-                           max_iterations=int(steps))
-            cols[(out["alpha"] == a) & (out["iterations"] == steps)] = np.asarray(res.q)
+        rows = out["alpha"] == a
+        trajectory = np.asarray(se_trajectory(float(a), c, (0.1, 0.1, 0.1), draws, rule,
+                                              int(out["iterations"][rows].max())))
+        cols[rows] = trajectory[out["iterations"][rows] - 1]
     for k in range(3):
         out[f"se_t_q{k + 1}"] = cols[:, k]
     return out
 
 
 def run_three(args) -> int:
-    """`phasejax depth --layers 3`: thresholds.csv, se.csv, amp.csv, thresholds.png, overlaps.png, summary.json."""
+    """`phasejax depth --layers 3`: thresholds.csv, se.csv, amp.csv, amp_rules.csv, thresholds.png, overlaps.png,
+    amp_rules.png, summary.json."""
     from tqdm import tqdm
 
-    from phasejax.depth.plots import plot_three_overlaps, plot_three_thresholds
+    from phasejax.depth.plots import plot_amp_rules, plot_three_overlaps, plot_three_thresholds
     from phasejax.io import atomic_write_json, write_csv
 
     preset = THREE_PRESETS[args.preset]
@@ -510,6 +572,11 @@ def run_three(args) -> int:
         amp = three_se_at_steps(preset, three_amp_table(preset, se, args.seed), args.seed)
         timings["amp_s"] = time.perf_counter() - t0
         paths.append(write_csv(os.path.join(args.out, "amp.csv"), amp))
+        t0 = time.perf_counter()
+        rules = three_amp_rules(preset, args.seed)
+        timings["amp_rules_s"] = time.perf_counter() - t0
+        paths.append(write_csv(os.path.join(args.out, "amp_rules.csv"), rules))
+        paths.append(plot_amp_rules(rules, os.path.join(args.out, "amp_rules.png")))
     paths.append(plot_three_overlaps(se, th, amp, os.path.join(args.out, "overlaps.png")))
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(preset).items()}
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), dict(

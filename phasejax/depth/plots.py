@@ -128,14 +128,21 @@ def plot_three_thresholds(th: dict, path: str) -> str:
                     label=rf"$\alpha_{k}$ (layer {k})")
     _threshold_panel(ax)
     ax.set_xscale("log")
-    order = th["order"][0] if len(set(th["order"].tolist())) == 1 else "varies"
-    ax.set_title(f"Three-layer tied attention, $T=2$ (learning order: layers {order})", fontsize=10)
+    ax.set_title(f"Three-layer tied attention, $T=2$; learning order {_orders(th)}", fontsize=9)
     ax.legend(fontsize=7)
     return _save(plt, fig, path)
 
 
+def _orders(th: dict) -> str:
+    """The learning order per group of skips, e.g. `3,1,2 (c = 0.5, 1); 3,2,1 (c = 2)`."""
+    orders = [str(o) for o in th["order"]]
+    groups = {o: [f"{c:g}" for c, x in zip(th["skip"], orders) if x == o] for o in dict.fromkeys(orders)}
+    return "; ".join(f"{o} ($c$ = {', '.join(cs)})" for o, cs in groups.items())
+
+
 def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
-    """Three layers: the SE's overlaps against alpha with AMP's (mean and spread over seeds, per d)."""
+    """Three layers: the SE's overlaps against alpha with AMP's (mean and spread over seeds, per d; in units of the
+    teacher's norm, `m_l / (|w_l|^2 / d)`, where `amp` has the norms)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     colors = {}
@@ -147,10 +154,13 @@ def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
             for k in (1, 2, 3):
                 s = amp["d"] == d
                 a = np.unique(amp["alpha"][s])
-                m = [amp[f"m{k}"][s & (amp["alpha"] == x)] for x in a]
+                normed = f"w{k}_norm" in amp
+                norm = amp[f"w{k}_norm"] if normed else np.ones_like(amp[f"m{k}"])
+                m = [(amp[f"m{k}"] / norm)[s & (amp["alpha"] == x)] for x in a]
+                name = f"AMP $m_{k}/(|w_{k}|^2/d)$" if normed else f"AMP $m_{k}$"
                 ax.errorbar(a + 0.015 * (j - 0.5), [v.mean() for v in m],
                             yerr=[v.std(ddof=1) if v.size > 1 else 0 for v in m], fmt="x" if j else "+",
-                            color=colors[k], ms=6, capsize=2, label=f"AMP $m_{k}$, $d={d}$" if k == 1 else None)
+                            color=colors[k], ms=6, capsize=2, label=f"{name}, $d={d}$")
     s = np.isclose(th["skip"], se["skip"][0])
     for k in (1, 2, 3):
         for v in th[f"alpha_{k}"][s]:
@@ -160,4 +170,36 @@ def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
     ax.set_title(f"Three layers, skip $c = {se['skip'][0]:g}$: SE (lines), AMP (crosses), thresholds (dotted)",
                  fontsize=9)
     ax.legend(fontsize=7)
+    return _save(plt, fig, path)
+
+
+def plot_amp_rules(rules: dict, path: str) -> str:
+    """The rule study of three-layer AMP: per start, `m_l / |w_l|^2 d` against the step with the SE's rule (dashed)
+    and the finer rule (solid), and the SE from the same start (dotted: the SE's rule; thin: the finer rule)."""
+    plt = _plt()
+    starts = list(dict.fromkeys(rules["start"].tolist()))
+    fig, axes = plt.subplots(1, len(starts), figsize=(5.2 * len(starts), 4), sharey=True, squeeze=False)
+    for ax, start in zip(axes[0], starts):
+        colors = {}
+        for name, ls in (("se", "--"), ("fine", "-")):
+            s = (rules["start"] == start) & (rules["rule"] == name)
+            t = rules["step"][s]
+            order = f"{int(rules['outer'][s][0])},{int(rules['inner'][s][0])}"
+            for k in (1, 2, 3):
+                y = rules[f"m{k}"][s] / rules[f"w{k}_norm"][s]
+                line, = ax.plot(t, y, ls, color=colors.get(k), lw=1.2, label=f"AMP $m_{k}$, rule ({order})")
+                colors[k] = line.get_color()
+        s = (rules["start"] == start) & (rules["rule"] == "se")
+        fine = f"{int(rules['outer'][rules['rule'] == 'fine'][0])},{int(rules['inner'][rules['rule'] == 'fine'][0])}"
+        for k in (1, 2, 3):
+            ax.plot(rules["step"][s], rules[f"se_q{k}"][s], ":", color=colors[k], lw=1.5)
+            ax.plot(rules["step"][s], rules[f"se_fine_q{k}"][s], "-", color=colors[k], lw=0.5, alpha=0.6)
+        coarse = f"{int(rules['outer'][s][0])},{int(rules['inner'][s][0])}"
+        ax.plot([], [], ":", color="k", lw=1.5, label=f"SE, rule ({coarse})")
+        ax.plot([], [], "-", color="k", lw=0.5, label=f"SE, rule ({fine})")
+        ax.set_xlabel("step")
+        ax.set_title(rf"start $m = q = ({start})$, $\alpha = {rules['alpha'][0]:g}$, $d = {int(rules['d'][0])}$",
+                     fontsize=9)
+        ax.legend(fontsize=6, ncol=2)
+    axes[0][0].set_ylabel(r"AMP: $m_l / (|w_l|^2/d)$;  SE: $q_l$")
     return _save(plt, fig, path)
