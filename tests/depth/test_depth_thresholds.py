@@ -42,13 +42,13 @@ def test_control_variates_respect_the_bound_and_estimate_the_same_mean(skip):
 
 
 def test_committed_thresholds_respect_the_bound_with_small_confirmed_errors():
-    """Every committed threshold is at least 1 / (T^2 + T), has an error of at most 0.003, and the independent rule
+    """Every committed threshold is at least 1 / (T^2 + T), has an error of at most 0.002, and the independent rule
     (Gauss-Hermite mixture, paired draws) reproduces it within that error and its own standard error."""
     th = _committed()
     for layer in (1, 2):
         a, err = th[f"alpha_{layer}"], th[f"alpha_{layer}_err"]
         assert np.all(a >= 1 / BOUND), (layer, a)
-        assert np.all(err <= 0.003), (layer, err)
+        assert np.all(err <= 0.002), (layer, err)
         diff, se = th[f"alpha_{layer}_check_diff"], th[f"alpha_{layer}_check_se"]
         assert np.all(np.abs(diff) <= err + 3 * se), (layer, diff, se, err)
     assert np.all(th["first_layer"] == 2)
@@ -99,3 +99,26 @@ def test_committed_thresholds_recomputed_with_an_independent_rule():
         rel = g2.std(ddof=1) / g2.mean() / np.sqrt(g2.size) + M1.std(ddof=1) / M1.mean() / np.sqrt(M1.size)
         assert abs(gain - 1) < 4 * rel, (gain, rel)
         assert abs(alpha - th["alpha_1"][i]) < 4 * np.hypot(alpha * rel, th["alpha_1_err"][i]), (alpha, rel)
+
+
+@pytest.mark.slow
+def test_the_independent_rule_converges_to_the_grid_at_large_skip():
+    """At c = 2 the order-32 mixture of the committed check puts layer 1's crossing 0.002 below the grid's on paired
+    draws (`alpha_1_check_diff`, about two of its standard errors); the order-64 mixture agrees with the grid within
+    its standard error and at a third or less of the order-32 difference: the difference is the mixture's, not the
+    grid's. The branch points bracket the committed `q_2` at the threshold."""
+    from phasejax.depth.thresholds import check_crossing, independent_rule, threshold_grid
+
+    th = _committed()
+    i = int(np.argmin(np.abs(th["skip"] - 2.0)))
+    assert th["skip"][i] == 2.0
+    v = 1 - th["q2_at_alpha_1"][i]
+    with float64_scope():
+        draws, grid = se_draws(768, seed=5), threshold_grid(0.16, 2.0)
+        diff = {order: check_crossing(2.0, [v / 1.25, v, 1.25 * v], 1, 0, draws, grid, independent_rule(order, 2.0))
+                for order in (32, 64)}
+    d32, d64 = (float(diff[o].difference) for o in (32, 64))
+    se64 = float(diff[64].difference_se)
+    assert abs(d64) < 3 * se64 + 1e-4, (d64, se64)
+    assert abs(d64) < abs(d32) / 3, (d32, d64)
+
