@@ -169,7 +169,7 @@ def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
     ax.set_ylabel("overlap")
     ax.set_title(f"Three layers, skip $c = {se['skip'][0]:g}$: SE (lines), AMP (crosses), thresholds (dotted)",
                  fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")  # the curves rise to the right of the thresholds; the corner is empty
     return _save(plt, fig, path)
 
 
