@@ -171,3 +171,17 @@ def test_committed_three_layer_amp_rule_study():
     assert np.all(fine[:2] > coarse[:2] + band), (coarse, fine)
     assert np.all(np.abs(fine - se_fine)[:2] < np.abs(coarse - se_coarse)[:2] / 3), (coarse, se_coarse, fine, se_fine)
     assert end[cold, "fine"][0][0] > end[cold, "se"][0][0] + band, end
+
+
+def test_committed_three_layer_amp_with_the_finer_rule_learns_every_layer_as_its_state_evolution():
+    """`amp_fine_rule.csv` (`scripts/three_layer_amp_fine_rule.py`: the rule study's data at alpha = 1.6, d = 1000,
+    AMP from the SE's start `m = q = 0.1` with the (16, 10) rule, 45 steps, and the SE with the same rule from the
+    same start): AMP learns all three layers, and over its last 10 steps each layer's overlap (in units of the
+    teacher's norm) lies within the finite-size band 2 / sqrt(d) of the SE's at the same step."""
+    rows = read_csv(os.path.join(THREE, "amp_fine_rule.csv"))
+    d = rows["d"].min()
+    m = np.stack([rows[f"m{k}"] for k in (1, 2, 3)], 1)
+    se = np.stack([rows[f"se_q{k}"] for k in (1, 2, 3)], 1)
+    assert rows["step"].max() >= 40 and np.all(rows["outer"] > 4)
+    assert np.all(m[-1] > 0.9), m[-1]
+    assert np.all(np.abs(m[-10:] - se[-10:]) < 2 / np.sqrt(d)), (m[-10:], se[-10:])
