@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from phasejax.commands.depth import THREE_PRESETS, _three_amp_keys
+from phasejax.commands.depth import THREE_PRESETS, three_amp_keys
 from phasejax.depth import run_amp, sample_data, se_draws, three_rule
 from phasejax.depth.se import se_trajectory
 from phasejax.io import write_csv
@@ -36,7 +36,7 @@ def main() -> int:
     preset, seed = THREE_PRESETS["cpu"], 1
     c, a, d, start = preset.se_skip, preset.rules_alpha, min(preset.amp_d), preset.rules_starts[0]
     with float64_scope():
-        data_key, start_key = _three_amp_keys(seed, 0, d)
+        data_key, start_key = three_amp_keys(seed, 0, d)
         data = sample_data(data_key, d, a, c, layers=3)
         rule = three_rule(args.outer, args.inner)
         t0 = time.perf_counter()

@@ -452,7 +452,7 @@ def three_amp_table(preset: ThreePreset, se: dict, seed: int) -> dict:
         at = np.nonzero(np.isclose(se["alpha"], a))[0]
         for d in preset.amp_d:
             for s in range(preset.amp_seeds):
-                data_key, start_key = _three_amp_keys(seed, s, d)
+                data_key, start_key = three_amp_keys(seed, s, d)
                 data = sample_data(data_key, d, a, c, layers=3)
                 res = run_amp(data, c, start_key, q_init=0.1, m_init=0.1, rule=rule,
                               max_iterations=preset.amp_iterations)
@@ -471,7 +471,7 @@ def three_amp_table(preset: ThreePreset, se: dict, seed: int) -> dict:
     return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
 
 
-def _three_amp_keys(seed: int, s: int, d: int):
+def three_amp_keys(seed: int, s: int, d: int):
     """The data's and AMP's start keys of the three-layer run of seed index `s` at dimension `d` (`amp_keys`)."""
     import jax
 
@@ -492,7 +492,7 @@ def three_amp_rules(preset: ThreePreset, seed: int) -> dict:
 
     c, a, d, steps = preset.se_skip, preset.rules_alpha, min(preset.amp_d), preset.rules_iterations
     draws = se_draws(preset.se_draws, seed + 2, layers=3)
-    data_key, start_key = _three_amp_keys(seed, 0, d)
+    data_key, start_key = three_amp_keys(seed, 0, d)
     data = sample_data(data_key, d, a, c, layers=3)
     rules = {"se": three_rule(preset.se_outer, preset.se_inner), "fine": three_rule(*preset.rules_fine)}
     orders = {"se": (preset.se_outer, preset.se_inner), "fine": tuple(preset.rules_fine)}

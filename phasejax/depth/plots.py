@@ -174,7 +174,7 @@ def plot_three_overlaps(se: dict, th: dict, amp: dict | None, path: str) -> str:
 
 
 def plot_amp_rules(rules: dict, path: str) -> str:
-    """The rule study of three-layer AMP: per start, `m_l / |w_l|^2 d` against the step with the SE's rule (dashed)
+    """The rule study of three-layer AMP: per start, `m_l / (|w_l|^2 / d)` against the step with the SE's rule (dashed)
     and the finer rule (solid), and the SE from the same start (dotted: the SE's rule; thin: the finer rule)."""
     plt = _plt()
     starts = list(dict.fromkeys(rules["start"].tolist()))

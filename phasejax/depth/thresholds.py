@@ -381,6 +381,7 @@ def check_second(skip, threshold: SecondThreshold, draws: Draws, rule, other_rul
     return check_crossing(skip, threshold.V, threshold.learned, threshold.other, draws, rule, other_rule)
 
 
+@uses_float64
 def check_crossing(skip, V, learned: int, other: int, draws: Draws, rule, other_rule) -> RuleCheck:
     """Where layer `other`'s growth factor crosses one along layer `learned`'s branch, interpolated between the
     branch points `V (n,)` (the learned layer's `1 - q`), computed with `rule` and with `other_rule` on `draws`."""
