@@ -89,16 +89,49 @@ def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int]) 
                              f"{'it' if len(unused) == 1 else 'them'}, or run without --replot to compute anew")
 
 
+def _say(message: str) -> None:
+    """Write `message` and a newline to file descriptor 2 without Python's `sys.stderr` (whose lock another thread
+    may hold, e.g. one blocked writing a progress bar to a stalled terminal or a full pipe) and without blocking
+    (a full pipe drops the line rather than keep the process alive)."""
+    import fcntl
+
+    data = (message + "\n").encode()
+    try:
+        flags = fcntl.fcntl(2, fcntl.F_GETFL)
+        fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        os.write(2, data)
+    except OSError:
+        pass
+
+
+def _end(message: str) -> None:
+    """Flush what the process printed, say `message` and end the process with exit code 130 at once."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a broken stream must not keep the process alive
+            pass
+    _say(message)
+    os._exit(130)
+
+
 @contextlib.contextmanager
 def prompt_interrupts(message: str, grace: float = INTERRUPT_GRACE_S):
     """Make Ctrl-C end the process within `grace` seconds, also inside a long compiled call.
 
-    Python raises `KeyboardInterrupt` only when the running XLA program returns, which can take minutes. A watcher
-    thread learns of the signal at once (`signal.set_wakeup_fd`); if the command has not stopped by itself within
-    `grace` seconds, it prints `message` and ends the process with exit code 130. Every file is written atomically
-    (a temporary file renamed into place), so nothing half-written is left behind, and finished chunks stay.
-    Outside the main thread this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    Python raises `KeyboardInterrupt` only between the main thread's bytecodes, so not while an XLA program runs,
+    which can take minutes; and an interrupt that lands in a garbage-collection callback (JAX installs one,
+    `_xla_gc_callback`) is reported as "Exception ignored" and lost (https://github.com/jax-ml/jax/issues/18246).
+    Neither may keep a command running. A watcher thread learns of the signal at once (`signal.set_wakeup_fd`:
+    Python's C-level handler writes to a socket whatever the main thread is doing); from then on the process ends
+    with exit code 130 and `message`: as soon as the block is left (by the `KeyboardInterrupt` or otherwise), or
+    after `grace` seconds if it is still running. It ends with `os._exit`, not through the interpreter's shutdown,
+    which waits for programs still in flight; every file is written atomically (a temporary file renamed into
+    place), so nothing half-written is left behind and finished chunks stay. The message is written to file
+    descriptor 2 directly (`_say`). Outside the main thread, or where the process ignores SIGINT, this does
+    nothing."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
         yield
         return
     reader, writer = socket.socketpair()
@@ -110,7 +143,8 @@ def prompt_interrupts(message: str, grace: float = INTERRUPT_GRACE_S):
         writer.close()
         yield
         return
-    stopped = threading.Event()
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # an inherited mask must not hide it
+    stopped, interrupted = threading.Event(), threading.Event()
 
     def watch():
         while True:
@@ -120,17 +154,24 @@ def prompt_interrupts(message: str, grace: float = INTERRUPT_GRACE_S):
                 return
             if not data or stopped.is_set():
                 return
-            if signal.SIGINT in data and not stopped.wait(grace):
-                print(message, file=sys.stderr, flush=True)
-                os._exit(130)
+            if signal.SIGINT in data:
+                interrupted.set()
+                if not stopped.wait(grace):
+                    _end(message)
 
     thread = threading.Thread(target=watch, name="phasejax-interrupts", daemon=True)
     thread.start()
     try:
         yield
+    except KeyboardInterrupt:
+        _end(message)
     finally:
+        if interrupted.is_set():
+            _end(message)
         stopped.set()
         signal.set_wakeup_fd(old)
+        if signal.SIGINT in blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         writer.close()        # the watcher reads EOF and returns
         thread.join(timeout=1.0)
         reader.close()
