@@ -97,5 +97,9 @@ def test_folders_compare_each_file_by_its_kind_and_figures_by_size(tmp_path):
     with pytest.raises(AssertionError, match=r"t.png: \(250, 150\), want \(200, 150\)"):
         assert_same_outputs(tmp_path / "other", tmp_path / "want")
     (tmp_path / "got" / "t.png").write_bytes(b"\x89PNG\r\n\x1a\n damaged")
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError, match="t.png is not a PNG image"):
         assert_same_outputs(tmp_path / "got", tmp_path / "want")
+    for name in ("got", "want"):
+        (tmp_path / name / "notes.txt").write_text("x")
+    with pytest.raises(AssertionError, match="notes.txt: no rule"):
+        assert_same_outputs(tmp_path / "want", tmp_path / "want")
