@@ -24,6 +24,8 @@ from phasejax.commands.argtypes import OUTPUT_MARKER, UsageError, guard_output
 from phasejax.io import read_csv, read_json, write_csv
 from phasejax.sweep import CHUNK_META, RunOptions, chunk_checksum, run_chunked
 
+from _compare import RTOL_FLOAT32, assert_same_csv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = sorted(command_modules())
 TINY_TRAIN = ["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1", "--inits", "semantic",
@@ -231,8 +233,8 @@ def test_a_bad_chunk_is_reported_recomputed_and_never_merged(tmp_path, capsys, d
     again = run_chunked(_fn, TASKS, CONFIG, opts(run_dir, chunk_size=4))
     err = capsys.readouterr().err
     assert chunk(run_dir, 0) in err and why in err and "recomputing" in err, err
-    for k in ref:
-        np.testing.assert_array_equal(again[k], ref[k])
+    for k in ref:       # chunk 0 computed again: float32 re-derived, a few units in the last place
+        np.testing.assert_allclose(again[k], ref[k], rtol=RTOL_FLOAT32)
     assert np.array_equal(again["index"], TASKS["k"])                     # each row is its own task's
     assert {i: open(chunk(run_dir, i), "rb").read() for i in (1, 2)} == good    # finished chunks untouched
     assert os.path.exists(chunk(run_dir, 0) + ".rejected")                  # the bad one kept aside, not lost
@@ -428,13 +430,14 @@ def test_a_swapped_chunk_of_a_command_is_recomputed_and_the_csv_is_unchanged(tmp
             "--out", str(tmp_path / "out")]
     code, _, err = run_cli(argv)
     assert code == 1 and "none of the 4 runs converged" in err, err     # 5 GD steps: written, not converged
-    runs = (tmp_path / "out" / "runs.csv").read_text()
+    shutil.copy(tmp_path / "out" / "runs.csv", tmp_path / "first_runs.csv")
     chunks = tmp_path / "out" / "run" / "chunks"
     shutil.copy(chunks / "chunk_00000.npz", chunks / "chunk_00001.npz")
     code, _, err = run_cli(argv)
     assert code == 1, err
     assert str(chunks / "chunk_00001.npz") in err and "is chunk 0 of this run, not chunk 1" in err
-    assert (tmp_path / "out" / "runs.csv").read_text() == runs
+    # chunk 1 trained again by the same float32 program: a few units in the last place
+    assert_same_csv(tmp_path / "out" / "runs.csv", tmp_path / "first_runs.csv", rtol=RTOL_FLOAT32)
 
 
 @pytest.mark.slow
@@ -537,8 +540,8 @@ def test_a_run_directory_of_another_chunk_size_is_reused(tmp_path, capsys):
     capsys.readouterr()
     out = run_chunked(_fn, TASKS, CONFIG, opts(tmp_path, chunk_size=3))
     assert "holds chunks of 4 tasks; going on with that chunk size" in capsys.readouterr().err
-    for k in ref:
-        np.testing.assert_array_equal(out[k], ref[k])
+    for k in ref:       # chunks of 4 against chunks of 3: float32 re-derived, a few units in the last place
+        np.testing.assert_allclose(out[k], ref[k], rtol=RTOL_FLOAT32)
     after = snapshot(tmp_path / "chunks")
     assert {k: after[k] for k in before} == before and len(after) == 3     # 2 reused, 1 computed, chunks of 4
 

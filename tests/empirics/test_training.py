@@ -27,6 +27,8 @@ from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.quadrature import gauss_hermite
 from phasejax.theory.updates import test_error
 
+from _compare import RTOL_FLOAT32
+
 PAPER = make_params(2.0, 0.3)
 # theory notes section 4 check values (alpha = 2, omega = 0.3), per-token convention
 SPEC = {"positional": dict(q=0.0500, m=0.2586, theta=0.0), "semantic": dict(q=0.1142, m=0.0, theta=0.1586)}
@@ -91,8 +93,9 @@ def test_data_is_float32_by_default_and_float64_is_the_same_draw():
 def test_data_prefix_is_independent_of_the_sample_count():
     small = generate_data(jax.random.PRNGKey(3), PAPER, 25, 4)
     big = generate_data(jax.random.PRNGKey(3), PAPER, 25, 11)
-    np.testing.assert_array_equal(big.x[:4], small.x)
-    np.testing.assert_array_equal(big.Qstar, small.Qstar)
+    # the same draws, computed in programs of another shape: float32, a few units in the last place
+    np.testing.assert_allclose(big.x[:4], small.x, rtol=RTOL_FLOAT32)
+    np.testing.assert_allclose(big.Qstar, small.Qstar, rtol=RTOL_FLOAT32)
 
 
 # --------------------------------------------------------------------------- metrics
