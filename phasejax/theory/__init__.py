@@ -14,6 +14,7 @@ equation blocks, the Newton steps, the census seeds) stay in their modules
 (`phasejax.theory.fields`, `.updates`, `.newton`, `.census`, ...).
 """
 
+from phasejax.theory.adjoint import AbstractAdjoint, ImplicitAdjoint, NoAdjoint
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.branches import BRANCHES, BranchInit, branch_init
 from phasejax.theory.census import FixedPointCensus, fixed_point_census
@@ -39,6 +40,8 @@ __all__ = [
     # state evolution: entry points, settings, results
     "solve_state_evolution", "solve_along_alpha", "solve_state_evolution_batch", "solve_state_evolution_grid",
     "SEConfig", "MapApproximation", "SEResult", "result_columns", "Overlaps",
+    # derivatives of a solve
+    "AbstractAdjoint", "ImplicitAdjoint", "NoAdjoint",
     # every fixed point, and whether replica symmetry holds there
     "fixed_point_census", "FixedPointCensus", "replicon", "RepliconResult",
     # quadrature rules

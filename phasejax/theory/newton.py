@@ -50,6 +50,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from phasejax.solvers import Status, iterate
+from phasejax.theory.adjoint import AbstractAdjoint, ImplicitAdjoint
 from phasejax.theory.branches import free_mask
 from phasejax.theory.fields import field_maps
 from phasejax.theory.params import params_are_valid
@@ -94,6 +95,8 @@ class SEConfig:
         (which lead to fixed points that plain damped iteration can reach), Newton steps near it. `0`: pure Newton.
       psd_tol: tolerance of the validity checks (`q0`, `V0`, `I - theta0 q0^{-1} theta0^T`).
       errors: estimate quadrature errors from the scheme's replicas (when it has any).
+      adjoint: how a solve is differentiated (`phasejax.theory.adjoint`): `ImplicitAdjoint()` (default; the
+        implicit function theorem at the fixed point) or `NoAdjoint()` (outputs are constants).
     """
 
     tol: float = 1e-7
@@ -104,6 +107,7 @@ class SEConfig:
     kappa: float = 5.0
     psd_tol: float = PSD_TOL
     errors: bool = True
+    adjoint: AbstractAdjoint = ImplicitAdjoint()
 
     def __post_init__(self):
         if not self.tol > 0:
@@ -120,6 +124,8 @@ class SEConfig:
             raise ValueError(f"psd_tol must be >= 0, got {self.psd_tol}")
         if not self.kappa >= 0:
             raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+        if not isinstance(self.adjoint, AbstractAdjoint):
+            raise ValueError(f"adjoint must be an AbstractAdjoint (ImplicitAdjoint(), NoAdjoint()), got {self.adjoint!r}")
 
 
 class SEState(NamedTuple):
@@ -197,7 +203,7 @@ def newton_lm_step(x, Fx, J, free, mu, max_step):
 @jax.named_scope("orientations")
 def orientations(problem: SEProblem, x: Array):
     """The scheme's orientations at the overlaps `x`: `(frame, replica frames)`, or `None` for a rule without."""
-    return problem.scheme.orientations(problem.unravel()(jax.lax.stop_gradient(x)), problem.params)
+    return jax.lax.stop_gradient(problem.scheme.orientations(problem.unravel()(x), problem.params))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -211,7 +211,7 @@ def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: fl
         raise ValueError(f"tie_width must be a number >= 0, got {tie_width!r}")
     with float64_scope():
         ov = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), ov)
-        frame = scheme.frame(ov, params) if frame is None else frame
+        frame = jax.lax.stop_gradient(scheme.frame(ov, params)) if frame is None else frame
         points, w_main, W_rep, shares = replicon_nodes(scheme, ov, params, frame)
         jac = node_jacobians(ov, params, points, tie_width, n_steps=n_steps, prox_tol=prox_tol, max_steps=max_steps,
                              mu0=mu0)
