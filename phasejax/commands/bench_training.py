@@ -16,8 +16,8 @@
    stopped on its relative change of `Q`; steps, seconds and the risk reached.
 Writes a JSON record to --out (default runs/bench/training_<platform>.json; --out
 results/bench/training_cpu.json rewrites the committed one, with --overwrite). The measurement is
-`phasejax.benchmarks.training.training_benchmark`; `phasejax bench --parts training` runs it at the preset's sizes beside
-the other figures.
+`phasejax.benchmarks.training.training_benchmark`; `phasejax bench --parts training` runs it at the preset's
+sizes beside the other figures.
 """
 
 from __future__ import annotations
