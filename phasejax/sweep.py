@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import inspect
 import json
@@ -58,7 +57,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from phasejax import progress
 from phasejax._errors import RunError
-from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json, source_digest
 
 Tasks = Mapping[str, np.ndarray]
 
@@ -235,31 +234,6 @@ def canonical_config(config: Any) -> Any:
     if callable(config) and not isinstance(config, type):
         return callable_identity(config)
     return config
-
-
-@functools.lru_cache(maxsize=1)
-def source_digest() -> str:
-    """SHA-256 (16 hex digits) of the phasejax package's Python source (every `*.py` under the package, by
-    relative path and content), computed once per process.
-
-    Part of every run fingerprint next to the version: `callable_identity` hashes a batch function, its
-    closures and the module functions it names, but not everything those call in turn, so an edit of a
-    deeper library function (a development checkout keeps its version number) would otherwise let a run
-    directory return results of the old code."""
-    return tree_digest(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tree_digest(root: str) -> str:
-    """SHA-256 (16 hex digits) of every `*.py` file under `root`, by relative path and content."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-        for name in sorted(f for f in filenames if f.endswith(".py")):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
-            with open(path, "rb") as fh:
-                h.update(hashlib.sha256(fh.read()).digest())
-    return h.hexdigest()[:16]
 
 
 def config_fingerprint(config: Mapping, tasks: Tasks, version: str | None = None, source: str | None = None) -> str:

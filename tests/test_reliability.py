@@ -603,11 +603,11 @@ def test_scripts_refuse_to_overwrite_results_before_computing(tmp_path, script, 
     import sys
 
     (tmp_path / existing).write_text("kept\n")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "checks", script), "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "--overwrite" in out.stderr and (tmp_path / existing).read_text() == "kept\n"
-    with open(os.path.join(ROOT, "scripts", script)) as fh:
+    with open(os.path.join(ROOT, "scripts", "checks", script)) as fh:
         assert '"--out", default="results' not in fh.read()
 
 

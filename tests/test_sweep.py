@@ -135,7 +135,7 @@ def test_source_digest_changes_with_any_package_file(tmp_path):
     import shutil
 
     import phasejax
-    from phasejax.sweep import source_digest, tree_digest
+    from phasejax.io import source_digest, tree_digest
 
     dst = tmp_path / "phasejax"
     shutil.copytree(os.path.dirname(phasejax.__file__), dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

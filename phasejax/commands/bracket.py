@@ -164,7 +164,7 @@ def rs_reference(rs_dir: str, omega: float, lam: float, sigma: float) -> dict | 
 def write_results(rows: dict, out: str, *, degree: int, estimator: str, rs: dict | None, meta: dict) -> list[str]:
     """bracket.csv, bracket_summary.json and bracket.png from the task rows (`meta`: how they were computed,
     under "run")."""
-    from phasejax.empirics.bracket import SUMMARY_COLUMNS, bracket_report
+    from phasejax.empirics.bracket_analysis import SUMMARY_COLUMNS, bracket_report
     from phasejax.io import atomic_write_json, write_csv
 
     table, report = bracket_report(rows, degree=degree, estimator=estimator)

@@ -161,7 +161,7 @@ def summarize(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str
     that are not a minimum, totals) and the `FIGURES`."""
     import numpy as np
 
-    from phasejax.empirics.bracket import weighted_polyfit
+    from phasejax.empirics.bracket_analysis import weighted_polyfit
     from phasejax.empirics.replicas import (
         HESSIAN_SIGMAS, REPLICA_BRANCHES, hessian_verdict, summarize_pairs, summarize_points,
     )

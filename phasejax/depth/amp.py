@@ -12,7 +12,7 @@ The generalised AMP of a multi-index model with a Gaussian prior, per layer
 with `u_mu` read off the output `y_mu` (`sequence_index_from_output`). Its
 overlaps `m_l = |what_l . w_l| / d` follow the state evolution's `q_l` as `d`
 grows (the sign of each layer is not identifiable). The number of layers is the
-teacher's (`W (L, d)`); the rule is the state evolution's (`phasejax.depth.se.posterior_of`).
+teacher's (`W (L, d)`); the rule is the state evolution's (`phasejax.depth.posterior.posterior_of`).
 """
 
 from __future__ import annotations

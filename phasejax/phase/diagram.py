@@ -112,9 +112,14 @@ class PhaseConfig:
         (default: the first two of `phasejax.theory.census.CENSUS_SEEDS` per subspace).
       se: `SEConfig` of every solve (the solver's settings).
       approximation: `MapApproximation` of every solve (how the map is computed at the nodes).
-      replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon.replicon_columns`,
-        once per point after its solve: two cold prox starts on every node of the rule and its replicas, 6
-        Newton steps each and up to 30 where unconverged); `False` leaves them out.
+      replicon: compute the replicon columns of every fixed point (`REPLICON_COLUMNS` of
+        `phasejax.theory.replicon`, at the smoothing `DEFAULT_TIE_WIDTH`): no solve of its own, it comes from
+        the solver's error passes (`phasejax.theory.newton`), which evaluate the map at the fixed point on the
+        main rule and on each error replica with every node started from the solve's minimiser and from where
+        its alternative starts ended, and read the replicon's node averages off the minima found (their
+        Jacobians, the tied minima blended at that smoothing); the continuation row carries it along with the
+        result (`phasejax.theory.continuation`). NaN where the point did not converge. `False` leaves the columns
+        out (and the passes compute only the error bars).
     """
 
     seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})

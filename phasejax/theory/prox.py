@@ -3,13 +3,17 @@
 `newton_minimize` minimises a smooth function of a small vector with a
 Levenberg-Marquardt-damped Newton method (exact `jax.hessian`, eigenvalue
 shift for indefinite Hessians, step accepted only if the objective does not
-increase) until its gradient is small; `newton_steps` takes a fixed number
-of the same steps (no while loop: under `vmap` no node waits for the
-slowest). `moreau_prox` runs `newton_minimize` from several starts and keeps
-the lowest objective. `moreau_minimizer` is the state evolution's prox: a
-fixed number of steps from a few starts, the lowest objective kept, and a
-custom JVP from the implicit function theorem at the optimum (so `jax.jvp`
-and `jax.jacfwd` of anything built on it never differentiate through the
+increase) until its gradient is small. `minimize_lanes` takes the same steps
+for many problems at once, each lane stopping when its gradient is below a
+tolerance or its steps reach a cap (lanes stepped side by side in blocks, so
+that a lane costs about the steps it needs; `minimize_dense` is the small
+program for a few lanes); `lowest_minima` and `all_minima` run it from every
+start of every quadrature node and keep the lowest minimum, or every one.
+`moreau_prox` runs `newton_minimize` from several starts and keeps the lowest
+objective. `moreau_minimizer` is the prox of one node: at most `n_steps`
+steps from each of a few starts, the lowest objective kept, and a custom JVP
+from the implicit function theorem at the optimum (so `jax.jvp` and
+`jax.jacfwd` of anything built on it never differentiate through the
 iterations); `moreau_minimizers` keeps every start (with the value's
 tangent from the envelope theorem) and `tie_weights` turns their values
 into a smoothed selection, continuous across a tie between two basins.

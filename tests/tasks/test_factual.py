@@ -279,7 +279,9 @@ def test_write_load_round_trip(swept, tmp_path):
 def test_plots_are_written(swept, tmp_path):
     _, out = swept
     result = factual_result([(TINY, out)], {"tiny": out}, curve_training=SWEEP_TRAINING, d_head=8)
-    paths = result.plot(str(tmp_path))
+    from phasejax.tasks.factual.figures import plot_factual_figures
+
+    paths = plot_factual_figures(result, str(tmp_path))
     assert [p.rsplit("/", 1)[1] for p in paths] == ["curves.png", "phase_diagram.png", "facts_vs_params.png"]
     for p in paths:
         with open(p, "rb") as fh:
