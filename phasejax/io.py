@@ -284,9 +284,9 @@ def csv_header(path: str) -> list[str]:
 
 
 def lacks(path: str, needs: Sequence[str]) -> list[str]:
-    """Which of `needs` the file `path` lacks: columns of a CSV file (`csv_header`), keys of a JSON object (dotted
-    for nested keys: `"config.sigma"`), arrays of an NPZ file; in the order of `needs`. `ValueError` naming the file
-    when it cannot be read as its suffix says.
+    """Which of `needs` the file `path` lacks: columns of a CSV file (`csv_header`; `"lambda|lam"`: either name), keys
+    of a JSON object (dotted for nested keys: `"config.sigma"`), arrays of an NPZ file; in the order of `needs`.
+    `ValueError` naming the file when it cannot be read as its suffix says.
 
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "s.json")
@@ -294,16 +294,16 @@ def lacks(path: str, needs: Sequence[str]) -> list[str]:
     >>> lacks(path, ["config.sigma", "config.lam", "command"])
     ['config.lam', 'command']
     """
-    if path.endswith(".csv"):
-        have = set(csv_header(path))
-        return [k for k in needs if k not in have]
-    if path.endswith(".npz"):
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                have = set(z.files)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-            raise ValueError(f"{path} is not a readable NPZ file") from None
-        return [k for k in needs if k not in have]
+    if path.endswith((".csv", ".npz")):
+        if path.endswith(".csv"):
+            have = set(csv_header(path))
+        else:
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    have = set(z.files)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+                raise ValueError(f"{path} is not a readable NPZ file") from None
+        return [k for k in needs if not any(name in have for name in k.split("|"))]
     obj = read_json(path, kind=dict)
     missing = []
     for key in needs:

@@ -329,6 +329,7 @@ def check_reads(reads) -> None:
         if missing:
             what = {"csv": "column", "npz": "array"}.get(r.path.rsplit(".", 1)[-1], "key")
             s = "s" if len(missing) > 1 else ""
+            missing = [m.replace("|", " (or ") + ")" if "|" in m else m for m in missing]
             raise UsageError(f"{r.path} lacks the {what}{s} {', '.join(missing)}, which {r.reader} reads "
                              f"({r.flag}); {r.fix}")
 

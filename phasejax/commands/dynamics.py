@@ -56,6 +56,34 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=24)
 
 
+REPLOT_READS = {
+    "ode.csv": ("omega", "lr", "t", "m", "e", "m0", "e0", "loss"),
+    "sgd_trajectories.csv": ("omega", "d", "seed", "t", "m", "e"),
+    "phase_diagram.csv": ("omega", "lr", "d", "mechanism", "fraction_positional", "escape_time", "n_outside_table",
+                          "population_minimum", "loss_positional", "loss_semantic", "m_end", "e_end", "r0", "rate_m",
+                          "rate_e"),
+    "runs.csv": ("kind", "omega", "d", "lr", "seed", "m0", "e0", "m_end", "e_end", "loss_end", "escape_time",
+                 "mechanism", "escape_time_ode", "mechanism_ode", "ode_in_table"),
+    "summary.json": ("lr",),
+}
+"""The columns (keys) of the files `--replot` reads (`phasejax.dynamics.plots.plot_all`)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: those of `REPLOT_READS` with `--replot`."""
+    return flags.replot_reads(args, REPLOT_READS)
+
+
+def check_learning_rates(args) -> None:
+    """The ODE phase diagram compares two learning rates: `UsageError` when `--learning-rate-paper` equals
+    `--learning-rate`."""
+    from phasejax.commands.argtypes import UsageError
+
+    if args.learning_rate == args.learning_rate_paper:
+        raise UsageError(f"--learning-rate and --learning-rate-paper are both {args.learning_rate:g}: the ODE phase "
+                         "diagram compares two learning rates; pass two different ones")
+
+
 def _table(params, n_grid, order, path, progress=True):
     """The population table, cached in `path` (NPZ) keyed by its grid size and order (a bar per row of nodes with
     `progress`, on a terminal only)."""
@@ -129,6 +157,7 @@ def run(args) -> int:
         from phasejax.dynamics.plots import plot_all
         flags.print_paths(plot_all(args.out))
         return 0
+    check_learning_rates(args)
     preset = PRESETS[args.preset]
     seeds = flags.pick(args, "sgd_seeds", dict(sgd_seeds=preset["sgd_seeds"]))
     os.makedirs(args.out, exist_ok=True)

@@ -42,6 +42,30 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=20)
 
 
+THEORY_READS = {
+    "theory/points.csv": ("omega", "alpha", "branch", "track", "distinct", "is_branch", "status", "converged", "q",
+                          "m", "theta", "V", "m_err", "theta_err", "train_loss", "train_loss_err", "test_error",
+                          "test_error_err", "stability", "subspace_gain"),
+    "theory/diagram.csv": ("omega", "alpha", "delta_e", "delta_e_err", "global_branch", "eps_lin",
+                           "n_fixed_points_positional", "n_fixed_points_semantic"),
+    "theory/thresholds.csv": ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
+                              "alpha_l_status", "spinodal_positional", "spinodal_semantic"),
+    "theory/summary.json": ("config",),
+    "theory/grid.json": ("alphas", "omegas"),
+}
+"""What `--replot` reads of the phase diagram in `<out>/theory/` (`phasejax.phase.PhaseDiagram.load` and the figure)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: runs.csv (`phasejax.empirics.RUN_COLUMNS`) and
+    `THEORY_READS`."""
+    if not args.replot:
+        return []
+    from phasejax.empirics.sweep import RUN_COLUMNS
+
+    return flags.replot_reads(args, {"runs.csv": RUN_COLUMNS, **THEORY_READS})
+
+
 def run(args) -> int:
     import numpy as np
 

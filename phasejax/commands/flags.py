@@ -267,6 +267,38 @@ def add_progress(parser) -> None:
 
 
 
+def replot_reads(args, files, *, optional=()) -> list:
+    """The `phasejax.commands.argtypes.Reads` of the files a `--replot` reads from `--out` (none without
+    `--replot`): `files` maps each file's name (relative to `--out`) to the columns (CSV), keys (JSON) or arrays
+    (NPZ) it reads; the names in `optional` may be absent."""
+    from phasejax.commands.argtypes import Reads
+
+    if not getattr(args, "replot", False):
+        return []
+    return [Reads(os.path.join(args.out, name), tuple(needs), optional=name in optional)
+            for name, needs in files.items()]
+
+
+def rs_dir_reads(folder: str, files, *, given: bool, reader: str, alternative: str = "") -> list:
+    """The `phasejax.commands.argtypes.Reads` of the phase-diagram folder `--rs-dir` (`folder`): `files` maps each
+    file's name to what `reader` (the command) reads of it; `given`: whether the flag was given (a missing default
+    says how to pass one); `alternative`: another way out (`", or --no-rs"`)."""
+    from phasejax.commands.argtypes import Reads
+
+    fix = "pass a folder written by phasejax phase-diagram" if given else (
+        "pass --rs-dir with a folder written by phasejax phase-diagram (the default is the repository's "
+        "results/phase_diagram, which an installed package does not have)")
+    return [Reads(os.path.join(folder, name), tuple(needs), flag="--rs-dir", reader=reader, fix=fix + alternative)
+            for name, needs in files.items()]
+
+
+def repository_results(*parts: str) -> str:
+    """`results/<parts>` of the checkout the package runs from (found next to the package, whatever the working
+    directory): the default of a flag that reads committed results (`--rs-dir`)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "results", *parts)
+
+
 # ----------------------------------------------------------------------------
 # A command's run
 # ----------------------------------------------------------------------------

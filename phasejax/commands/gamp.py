@@ -57,6 +57,25 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=8)
 
 
+REPLOT_READS = {
+    "fixed_points.csv": ("d", "branch", "seed", "onsager", "damping", "C", "iterations", "status", "grad_norm", "q",
+                         "m", "theta", "q_tail_mean", "m_tail_mean", "theta_tail_mean", "residual_tail",
+                         "flip_fraction_tail", "flip_share_tail", "instability", "replicon", "replicon_err",
+                         "replicon_regular", "replicon_jump", "verdict"),
+    "trajectories.csv": ("d", "branch", "seed", "onsager", "iteration", "q", "m", "theta", "residual",
+                         "flip_fraction", "flip_share"),
+    "gamp_config.json": ("alpha", "omega", "lam"),
+    "se_reference.json": (),
+}
+"""The columns (keys) of the files `--replot` reads (`phasejax.empirics.gamp.GAMPSweep.load`, the summary and the
+figure); se_reference.json is computed when absent."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: those of `REPLOT_READS` with `--replot`."""
+    return flags.replot_reads(args, REPLOT_READS, optional=("se_reference.json",))
+
+
 def run(args) -> int:
     import numpy as np
 
