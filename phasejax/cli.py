@@ -216,8 +216,9 @@ def main(argv=None) -> int:
     code = 1
     sub, given = subparser(parser, args.command), {}
     try:
-        given = _session.explicit_flags(sub, argv[argv.index(args.command) + 1:])
-        _session.refuse_unused(sub, args, given)
+        words = argv[argv.index(args.command) + 1:]
+        given = _session.explicit_flags(sub, words)
+        _session.refuse_unused(sub, args, given, _session.typed_flags(sub, words))
         args._given = frozenset(given)
         if getattr(args, "out", None) is None and hasattr(args, "_out_default"):
             args.out = args._out_default(args)

@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ChunkLines", "ChunkProgress", "active", "duration", "share", "tick", "tick_batch", "tracking"]
+__all__ = ["ChunkLines", "ChunkProgress", "active", "bar_or_lines", "duration", "share", "tick", "tick_batch",
+           "tracking"]
 
 
 @dataclasses.dataclass
@@ -112,6 +113,37 @@ class ChunkLines:
                 f"({self.done_tasks} of {self.n_tasks} tasks), {duration(elapsed)} elapsed{rest}")
         print(line, file=self.stream if self.stream is not None else sys.stderr, flush=True)
         return line
+
+    def update(self, n: int = 1) -> None:
+        """tqdm's `update`: `n` more tasks done, counted as one finished chunk."""
+        self.finish_chunk(n)
+
+    def close(self) -> None:
+        """tqdm's `close` (nothing to do)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def bar_or_lines(total: int, label: str, enabled: bool = True):
+    """Progress over `total` steps of a loop on the host (one step: a task of minutes): a tqdm bar when stderr is a
+    terminal, `ChunkLines` (one line per step) when it is not, nothing without `enabled`. Use as a context manager;
+    call `update(1)` after each step."""
+    from tqdm.auto import tqdm
+
+    if enabled and not _stderr_is_terminal():
+        return ChunkLines([1] * total, [1] * total, label=label)
+    return tqdm(total=total, desc=label, disable=None if enabled else True)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 _ACTIVE: list[ChunkProgress] = []

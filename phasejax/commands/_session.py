@@ -57,8 +57,22 @@ def explicit_flags(parser: argparse.ArgumentParser, argv) -> dict[str, int]:
     return dict(ns._counts)
 
 
-def flag_name(parser: argparse.ArgumentParser, dest: str) -> str:
-    """The option string a user reads in `--help` for `dest` (its first long option)."""
+def typed_flags(parser: argparse.ArgumentParser, argv) -> dict[str, str]:
+    """`{dest: the option string typed for it}` of the options in `argv` (a subcommand's arguments) that `--help`
+    shows (`--no-project` for `--project`'s switch; an older hidden spelling is left out)."""
+    typed = {}
+    for token in argv:
+        action = parser._option_string_actions.get(token.split("=", 1)[0]) if token.startswith("-") else None
+        if action is not None and action.help != argparse.SUPPRESS:
+            typed.setdefault(action.dest, token.split("=", 1)[0])
+    return typed
+
+
+def flag_name(parser: argparse.ArgumentParser, dest: str, typed: dict | None = None) -> str:
+    """The option string a user typed for `dest` (`typed`, `typed_flags`), else the one `--help` shows (its first
+    long option)."""
+    if typed and dest in typed:
+        return typed[dest]
     for a in parser._actions:
         if a.dest == dest and a.option_strings and a.help != argparse.SUPPRESS:
             return next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
@@ -68,10 +82,10 @@ def flag_name(parser: argparse.ArgumentParser, dest: str) -> str:
     return dest
 
 
-def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int]) -> None:
+def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int], typed: dict | None = None) -> None:
     """`UsageError` for a flag given twice, a repeated value in a list flag (unless the command allows it,
     `flags.allow_repeats`), and a flag that the chosen way of running does not read (`flags.Mode`, declared with
-    `flags.add_mode`; `--replot`'s with `flags.add_replot`)."""
+    `flags.add_mode`; `--replot`'s with `flags.add_replot`). Flags are named as `typed` (`typed_flags`)."""
     from phasejax.commands.argtypes import UsageError, refuse_duplicates
 
     twice = sorted(flag_name(parser, d) for d, n in given.items() if n > 1)
@@ -86,7 +100,7 @@ def refuse_unused(parser: argparse.ArgumentParser, args, given: dict[str, int]) 
     for mode in getattr(args, "_modes", None) or ():
         if not mode.when(args):
             continue
-        unused = sorted(flag_name(parser, d) for d in mode.unused(given))
+        unused = sorted(flag_name(parser, d, typed) for d in mode.unused(given))
         if unused:
             one = len(unused) == 1
             raise UsageError(f"{', '.join(unused)} {'is' if one else 'are'} not used {mode.label}"
@@ -129,7 +143,8 @@ def check_owner(root: argparse.ArgumentParser, args) -> None:
             words = shlex.split(line)
         except ValueError:
             words = []
-        if len(words) >= 2 and words[0] == "phasejax":
+        commands = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction)).choices
+        if len(words) >= 2 and words[0] == "phasejax" and words[1] in commands:
             values = {}
             if words[1] == command and owner:
                 try:

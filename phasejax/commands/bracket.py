@@ -59,6 +59,7 @@ def add_arguments(ap) -> None:
     flags.add_sizes(ap, d="many", seeds=None)
     ap.add_argument("--datasets", type=positive_int, nargs="+", default=None,
                     help="data sets per alpha: one number for every d, or one per --ds (default: the preset's)")
+    flags.allow_repeats(ap, "datasets")          # counts, one per d: 16 16 is two sizes of 16 data sets
     ap.add_argument("--alphas", type=positive_float, nargs="+", default=ALPHAS, help="sample complexities n / d")
     flags.add_point(ap, omega=0.3)
     flags.add_model(ap)

@@ -283,9 +283,9 @@ def run(args) -> int:
     if args.layers == 3:
         return run_three(args)
     import numpy as np
-    from tqdm import tqdm
 
     from phasejax.depth.plots import plot_amp, plot_convergence, plot_overlaps, plot_thresholds
+    from phasejax.progress import bar_or_lines
     from phasejax.io import atomic_write_json, write_csv
 
     preset = PRESETS[args.preset]
@@ -293,7 +293,7 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     paths, timings = [], {}
     t0 = time.perf_counter()
-    with tqdm(total=len(skips), desc="thresholds", disable=True if args.no_progress else None) as bar:
+    with bar_or_lines(len(skips), "thresholds", not args.no_progress) as bar:
         th, results = thresholds_table(skips, preset, args.seed, bar)
     timings["thresholds_s"] = time.perf_counter() - t0
     paths.append(write_csv(os.path.join(args.out, "thresholds.csv"), th))
@@ -544,9 +544,8 @@ def three_se_at_steps(preset: ThreePreset, amp: dict, seed: int) -> dict:
 def run_three(args) -> int:
     """`phasejax depth --layers 3`: thresholds.csv, se.csv, amp.csv, amp_rules.csv, thresholds.png, overlaps.png,
     amp_rules.png, summary.json."""
-    from tqdm import tqdm
-
     from phasejax.depth.plots import plot_amp_rules, plot_three_overlaps, plot_three_thresholds
+    from phasejax.progress import bar_or_lines
     from phasejax.io import atomic_write_json, write_csv
 
     preset = THREE_PRESETS[args.preset]
@@ -558,7 +557,7 @@ def run_three(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     paths, timings = [], {}
     t0 = time.perf_counter()
-    with tqdm(total=len(skips), desc="thresholds", disable=True if args.no_progress else None) as bar:
+    with bar_or_lines(len(skips), "thresholds", not args.no_progress) as bar:
         th = three_thresholds_table(preset, skips, args.seed, bar)
     timings["thresholds_s"] = time.perf_counter() - t0
     paths.append(write_csv(os.path.join(args.out, "thresholds.csv"), th))

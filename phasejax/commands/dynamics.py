@@ -137,6 +137,8 @@ def _sgd_sweep(params, tasks, d, n_steps, record_every, lr, options, name, m0=No
 
 
 def run(args) -> int:
+    if not args.replot:
+        check_learning_rates(args)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -157,7 +159,6 @@ def run(args) -> int:
         from phasejax.dynamics.plots import plot_all
         flags.print_paths(plot_all(args.out))
         return 0
-    check_learning_rates(args)
     preset = PRESETS[args.preset]
     seeds = flags.pick(args, "sgd_seeds", dict(sgd_seeds=preset["sgd_seeds"]))
     os.makedirs(args.out, exist_ok=True)

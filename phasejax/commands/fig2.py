@@ -16,6 +16,7 @@ seeds, error bars: one standard deviation over seeds) and summary.json.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -106,7 +107,7 @@ def run(args) -> int:
     if runs is None or theory is None:
         return flags.not_finished(options)
     paths = runs.write(args.out)
-    paths += theory.write(os.path.join(args.out, "theory"))
+    paths += dataclasses.replace(theory, **flags.provenance()).write(os.path.join(args.out, "theory"))
     paths.append(plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega))
     r = runs.runs
     diff, diff_sd = paired_loss_difference(r, grid.alphas, args.omega)

@@ -39,7 +39,7 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=20)
 
 
-SE_KEYS = ("alpha", "omega", "m", "m_err", "theta", "theta_err")
+SE_KEYS = ("alpha", "m", "theta")
 """The keys of se.json that `--replot` reads."""
 
 

@@ -191,12 +191,20 @@ def test_the_command_names_every_extension():
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "rank2", "runs.csv")), reason="no committed outputs")
 def test_replot_of_the_committed_rank2_results_reproduces_them(tmp_path):
     """`--replot` re-derives thresholds, summary and figure from the committed theory.csv and runs.csv: every
-    file comes back byte for byte."""
+    file comes back byte for byte, the summary with the record of the replot added (`replotted_by`)."""
+    import json
+
     from phasejax.cli import main
 
     out = tmp_path / "rank2"
     shutil.copytree(os.path.join(RESULTS, "rank2"), out)
     assert main(["extension", "rank2", "--out", str(out), "--replot", "--overwrite", "--no-progress"]) == 0
+    with open(out / "summary.json") as fh:
+        summary = json.load(fh)
+    assert set(summary.pop("replotted_by")) == {"command", "versions"}
+    with open(os.path.join(RESULTS, "rank2", "summary.json")) as fh:
+        assert summary == json.load(fh)
+    os.remove(out / "summary.json")
     for name in sorted(os.listdir(out)):
         with open(out / name, "rb") as a, open(os.path.join(RESULTS, "rank2", name), "rb") as b:
             assert a.read() == b.read(), name
