@@ -200,9 +200,8 @@ def main(argv=None) -> int:
     import os
 
     from phasejax.commands import _session
-    from phasejax.commands.argtypes import RunError, UsageError
-    from phasejax.commands.argtypes import (apply_host_devices, check_reads, guard_output, guard_replot,
-                                            output_identity, remove_if_only_marker)
+    from phasejax.commands.argtypes import (RunError, UsageError, apply_host_devices, check_reads, guard_output,
+                                            guard_replot, output_identity, remove_if_only_marker)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("PHASEJAX_DEBUG", "0") not in ("", "0")

@@ -89,8 +89,10 @@ class ChunkLines:
     >>> log = io.StringIO()
     >>> lines = ChunkLines([4, 4, 2], [4, 2], label="demo", stream=log)
     >>> _ = lines.finish_chunk(4), lines.finish_chunk(2)
-    >>> [line.split(",")[0] for line in log.getvalue().splitlines()]
-    ['phasejax: demo: chunk 2 of 3 done (8 of 10 tasks)', 'phasejax: demo: chunk 3 of 3 done (10 of 10 tasks)']
+    >>> for line in log.getvalue().splitlines():
+    ...     print(line.split(",")[0])
+    phasejax: demo: chunk 2 of 3 done (8 of 10 tasks)
+    phasejax: demo: chunk 3 of 3 done (10 of 10 tasks)
     """
 
     def __init__(self, chunks, todo, *, label: str = "", stream=None, clock=time.perf_counter):

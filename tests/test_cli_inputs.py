@@ -449,6 +449,12 @@ def test_every_replot_runs_on_the_declared_columns_alone(name, tmp_path, run_cli
             for column in header:
                 if column not in keep and not (name.startswith("extension") and column in REPLICON_COLUMNS):
                     drop_column(r.path, column)
+        elif r.path.endswith(".json") and os.path.exists(r.path):
+            with open(r.path) as fh:
+                keys = list(json.load(fh))
+            for key in keys:
+                if not any(k == key or k.startswith(key + ".") for k in keep):
+                    drop_key(r.path, key)
     code, _, err = run_cli([a.replace("DIR", out) for a in REPLOTS[name][0]] + ["--no-progress"])
     assert code == 0, err
 
@@ -458,3 +464,17 @@ def test_the_extension_command_spells_the_librarys_names():
     from phasejax.extensions import USES_TIED as LIBRARY
 
     assert USES_TIED == LIBRARY
+
+
+def test_bracket_replot_refuses_a_folder_whose_summary_records_another_command(tmp_path, run_cli):
+    out = copy_files(os.path.join(RESULTS, "rsb"), tmp_path / "rsb", ["bracket_tasks.csv", "bracket_summary.json"])
+    path = os.path.join(out, "bracket_summary.json")
+    with open(path) as fh:
+        summary = json.load(fh)
+    summary["run"]["command"] = "phasejax replicas --out elsewhere"
+    with open(path, "w") as fh:
+        json.dump(summary, fh)
+    before = snapshot(out)
+    code, _, err = run_cli(["bracket", "--replot", "--no-rs", "--out", out, "--overwrite"])
+    assert code == 2 and "not of `phasejax bracket`" in one_error_line(err, "bracket")
+    assert snapshot(out) == before

@@ -85,7 +85,7 @@ def add_arguments(ap) -> None:
                    why="--no-rs leaves the replica-symmetric comparison out")
     flags.add_dtype(ap)
     flags.add_replot(ap, "only redo bracket.csv, bracket_summary.json and bracket.png from <out>/bracket_tasks.csv",
-                     uses=("degree", "estimator", "rs_dir", "no_rs"))
+                     uses=("degree", "estimator", "rs_dir", "no_rs"), summary=FILES[2])
     flags.add_output(ap, flags.default_out(NAME), guard=False,
                      help="output folder (created); it may hold other results: only the files "
                           + ", ".join(FILES) + " are written, an existing one only with --overwrite")

@@ -57,14 +57,12 @@ def add_arguments(ap) -> None:
 
 
 REPLOT_READS = {
-    "ode.csv": ("omega", "lr", "t", "m", "e", "m0", "e0", "loss"),
-    "sgd_trajectories.csv": ("omega", "d", "seed", "t", "m", "e"),
-    "phase_diagram.csv": ("omega", "lr", "d", "mechanism", "fraction_positional", "escape_time", "n_outside_table",
-                          "population_minimum", "loss_positional", "loss_semantic", "m_end", "e_end", "r0", "rate_m",
-                          "rate_e"),
-    "runs.csv": ("kind", "omega", "d", "lr", "seed", "m0", "e0", "m_end", "e_end", "loss_end", "escape_time",
-                 "mechanism", "escape_time_ode", "mechanism_ode", "ode_in_table"),
-    "summary.json": ("lr",),
+    "ode.csv": ("omega", "t", "m", "e"),
+    "sgd_trajectories.csv": ("omega", "d", "t", "m", "e"),
+    "phase_diagram.csv": ("omega", "lr", "d", "fraction_positional", "escape_time", "loss_positional",
+                          "loss_semantic"),
+    "runs.csv": ("kind", "omega", "d", "mechanism", "escape_time", "escape_time_ode"),
+    "summary.json": ("lr", "lr_paper"),
 }
 """The columns (keys) of the files `--replot` reads (`phasejax.dynamics.plots.plot_all`)."""
 

@@ -44,13 +44,10 @@ def add_arguments(ap) -> None:
 
 
 THEORY_READS = {
-    "theory/points.csv": ("omega", "alpha", "branch", "track", "distinct", "is_branch", "status", "converged", "q",
-                          "m", "theta", "V", "m_err", "theta_err", "train_loss", "train_loss_err", "test_error",
-                          "test_error_err", "stability", "subspace_gain"),
-    "theory/diagram.csv": ("omega", "alpha", "delta_e", "delta_e_err", "global_branch", "eps_lin",
-                           "n_fixed_points_positional", "n_fixed_points_semantic"),
-    "theory/thresholds.csv": ("omega", "alpha_c", "alpha_c_err", "alpha_c_status", "alpha_l", "alpha_l_err",
-                              "alpha_l_status", "spinodal_positional", "spinodal_semantic"),
+    "theory/points.csv": ("omega", "alpha", "branch", "distinct", "is_branch", "status", "converged", "m", "theta",
+                          "train_loss", "test_error"),
+    "theory/diagram.csv": ("omega", "alpha", "delta_e", "eps_lin"),
+    "theory/thresholds.csv": ("omega", "alpha_c", "alpha_l"),
     "theory/summary.json": ("config",),
     "theory/grid.json": ("alphas", "omegas"),
 }

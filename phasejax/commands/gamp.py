@@ -53,7 +53,8 @@ def add_arguments(ap) -> None:
                     help="Onsager term(s) to run")
     ap.add_argument("--tail", type=positive_int, default=20, help="iterations averaged for the tail statistics")
     flags.add_dtype(ap, default="float64")
-    flags.add_replot(ap, "only redraw gamp.png and summary.json from --out")
+    flags.add_replot(ap, "only redraw gamp.png and summary.json from --out (the SE reference is computed when "
+                         "se_reference.json is absent)")
     flags.add_sweep(ap, NAME, chunk_size=8)
 
 
@@ -105,7 +106,7 @@ def run(args) -> int:
     se = se_references(params, se_path)
     # per run: converged / unstable / diverged, the measured instability and the SE branch's replicon there
     sweep = sweep.with_verdicts({b: se[b] for b in BRANCHES})
-    paths = sweep.write(args.out)
+    paths = [] if args.replot else sweep.write(args.out)     # a replot rewrites the summary and figure, not the data
     summary = summarize_gamp_sweep(sweep, se)
     summary.update(se_reference=se, config=sweep.config, environment=flags.environment(),
                    runtime_s=time.perf_counter() - t0)
