@@ -49,7 +49,7 @@ import numpy as np
 
 from phasejax.benchmarks.diagrams import PAPER_GRID, main_job, paper_diagram
 from phasejax.benchmarks.programs import PROGRAM_ROW, cached_solve, program
-from phasejax.benchmarks.record import device_name, environment, quadrature_for
+from phasejax.benchmarks.record import device_name, environment, quadrature_for, versions
 from phasejax.benchmarks.solves import batch, cold_solve, find_reference, warm_point
 from phasejax.benchmarks.training import training
 
@@ -57,7 +57,7 @@ FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "main
 PROJECT_ROWS = 2           # omega rows measured when the paper diagram is projected
 
 __all__ = ["FIGURES", "PROJECT_ROWS", "BenchPlan", "run_figure", "benchmark_report", "summary_line", "device_name",
-           "environment", "find_reference"]
+           "environment", "versions", "find_reference"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -295,3 +295,55 @@ def tree_digest(root: str) -> str:
             with open(path, "rb") as fh:
                 h.update(hashlib.sha256(fh.read()).digest())
     return h.hexdigest()[:16]
+
+
+def csv_header(path: str) -> list[str]:
+    """The column names of a CSV file (its first line only, so a large table costs nothing); `ValueError` naming the
+    file when it is empty, not text or not CSV."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), None)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a text file (byte {e.start} is not UTF-8); it is damaged or of another "
+                         "kind") from None
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a readable CSV ({e})") from None
+    if not header:
+        raise ValueError(f"{path} is empty (no header)")
+    return header
+
+
+def lacks(path: str, needs: Sequence[str]) -> list[str]:
+    """Which of `needs` the file `path` lacks: columns of a CSV file (`csv_header`; `"lambda|lam"`: either name), keys
+    of a JSON object (dotted for nested keys: `"config.sigma"`), arrays of an NPZ file; in the order of `needs`.
+    `ValueError` naming the file when it cannot be read as its suffix says.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.json")
+    >>> _ = atomic_write_json(path, {"config": {"sigma": 0.5}})
+    >>> lacks(path, ["config.sigma", "config.lam", "command"])
+    ['config.lam', 'command']
+    """
+    if path.endswith((".csv", ".npz")):
+        if path.endswith(".csv"):
+            have = set(csv_header(path))
+        else:
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    have = set(z.files)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+                raise ValueError(f"{path} is not a readable NPZ file") from None
+        return [k for k in needs if not any(name in have for name in k.split("|"))]
+    obj = read_json(path, kind=dict)
+    missing = []
+    for key in needs:
+        node = obj
+        for part in key.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is _ABSENT:
+            missing.append(key)
+    return missing
+
+
+_ABSENT = object()
+

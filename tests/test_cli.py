@@ -355,3 +355,20 @@ def test_an_unwritable_out_is_one_line_before_computing_also_for_root(tmp_path, 
     assert code == 2 and stdout == ""
     assert err.strip() == (f"phasejax train: error: cannot write to --out {out} (Permission denied); pass a writable "
                            "--out folder"), err
+
+
+def test_a_chunked_command_with_stderr_in_a_file_writes_a_line_per_chunk(tmp_path):
+    """Run as a batch job (stderr to a file): one progress line per finished chunk, none per step."""
+    log = tmp_path / "job.err"
+    argv = ["train", "--d", "4", "--alphas", "0.5", "1", "--omegas", "0.3", "--seeds", "1", "--inits", "semantic",
+            "--max-steps", "2", "--n-test", "4", "--chunk-size", "1", "--out", str(tmp_path / "out")]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as err:
+        done = subprocess.run([sys.executable, "-m", "phasejax.cli", *argv], stdout=subprocess.PIPE, stderr=err,
+                              text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = log.read_text().splitlines()
+    progress = [ln for ln in lines if ln.startswith("phasejax: train_students: chunk ")]
+    assert [ln.split(",")[0] for ln in progress] == ["phasejax: train_students: chunk 1 of 2 done (1 of 2 tasks)",
+                                                      "phasejax: train_students: chunk 2 of 2 done (2 of 2 tasks)"]
+    assert "\r" not in log.read_text()                     # no bar redrawn into the log
+    assert done.returncode == 1 and lines[-1].startswith("phasejax train: error: none of the 2 runs converged")

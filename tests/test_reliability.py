@@ -638,3 +638,45 @@ def test_a_full_disk_is_one_line_naming_the_file():
     assert code == 1 and "no space left on the disk of /data/out/runs.csv" in line and "[Errno" not in line
     code, line = error_line(PermissionError(errno.EACCES, "Permission denied", "/ro/out/summary.json"))
     assert code == 1 and "/ro/out/summary.json" in line and "writable --out" in line
+
+
+# ----------------------------------------------------------------------------
+# One check per concern: files read back, modes, the flag as typed
+# ----------------------------------------------------------------------------
+
+
+def test_check_reads_names_the_flag_the_file_and_what_it_lacks(tmp_path):
+    from phasejax.commands.argtypes import Reads, check_reads
+    from phasejax.io import atomic_save_npz, atomic_write_json
+
+    write_csv(str(tmp_path / "t.csv"), dict(alpha=np.ones(2), lam=np.ones(2)))
+    atomic_write_json(str(tmp_path / "s.json"), {"config": {"sigma": 0.5}})
+    atomic_save_npz(str(tmp_path / "a.npz"), {"tokens": np.arange(3)})
+    ok = [Reads(str(tmp_path / "t.csv"), ("alpha", "lambda|lam")), Reads(str(tmp_path / "s.json"), ("config.sigma",)),
+          Reads(str(tmp_path / "a.npz"), ("tokens",)), Reads(str(tmp_path / "absent.csv"), ("x",), optional=True)]
+    check_reads(ok)
+    cases = [(Reads(str(tmp_path / "t.csv"), ("alpha", "omega", "q")), "t.csv lacks the columns omega, q, which "
+              "--replot reads (--out)"),
+             (Reads(str(tmp_path / "t.csv"), ("lambda|lams",)), "lacks the column lambda (or lams)"),
+             (Reads(str(tmp_path / "s.json"), ("config.lam",), flag="--rs-dir", reader="rsb", fix="pass another"),
+              "s.json lacks the key config.lam, which rsb reads (--rs-dir); pass another"),
+             (Reads(str(tmp_path / "a.npz"), ("tokens", "semantic_before")), "a.npz lacks the array semantic_before"),
+             (Reads(str(tmp_path / "none.csv"), ("x",)), f"--out {tmp_path} lacks none.csv, which --replot reads")]
+    for spec, needle in cases:
+        with pytest.raises(UsageError) as info:
+            check_reads([spec])
+        assert needle in str(info.value), str(info.value)
+    (tmp_path / "bad.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UsageError, match="bad.csv is not a text file"):
+        check_reads([Reads(str(tmp_path / "bad.csv"), ("x",))])
+
+
+def test_a_mode_refuses_the_flags_it_never_reads_named_as_typed(run_cli, tmp_path):
+    """`--no-project` (a switch of `--project`) is named as typed; a hidden older spelling by the shown one."""
+    code, _, err = run_cli(["bench", "--parts", "cold_solve", "--project", "--out", str(tmp_path)])
+    assert code == 2 and "--project is not used with --parts without paper_diagram" in err
+    code, _, err = run_cli(["solve", "--alpha", "1", "1", "--omegas", "0.3"])
+    assert code == 2 and "--alphas repeats 1" in err
+    code, _, err = run_cli(["bracket", "--ds", "50", "100", "--datasets", "4", "4", "--no-rs", "--degree", "9",
+                            "--out", str(tmp_path / "b")])
+    assert code == 2 and "--datasets" not in err and "--degree 9" in err    # --datasets may repeat (a count per d)

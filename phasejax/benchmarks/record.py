@@ -84,25 +84,35 @@ def repository_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def environment() -> dict:
-    """Where and with what a record was measured: UTC date, device, versions, git commit, JAX settings."""
+def versions() -> dict:
+    """The versions that compute a result: python, jax, jaxlib, numpy, scipy, flax, optax, phasejax, and the git
+    commit of the checkout the package runs from (`git_dirty`: whether tracked files differ from it; both None
+    outside a git checkout)."""
     import jax
 
     from phasejax import __version__
-    from phasejax.commands.flags import command_line
 
     root = repository_root()
     commit = git(root, "rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
     dirty = git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    return dict(python=platform.python_version(), jax=jax.__version__, jaxlib=_version("jaxlib"),
+                numpy=np.__version__, scipy=_version("scipy"), flax=_version("flax"), optax=_version("optax"),
+                phasejax=__version__, git_commit=commit, git_dirty=None if dirty is None else bool(dirty))
+
+
+def environment() -> dict:
+    """Where and with what a record was measured: UTC date, device, versions, git commit, JAX settings."""
+    import jax
+
+    from phasejax.commands.flags import command_line
+
     devices = jax.devices()
     return dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         device=dict(name=device_name(), platform=jax.default_backend(), kind=str(devices[0].device_kind),
                     count=len(devices), cpu_count=os.cpu_count(),
                     load_average_at_start=list(os.getloadavg()) if hasattr(os, "getloadavg") else None),
-        versions=dict(python=platform.python_version(), jax=jax.__version__, jaxlib=_version("jaxlib"),
-                      numpy=np.__version__, scipy=_version("scipy"), flax=_version("flax"), optax=_version("optax"),
-                      phasejax=__version__, git_commit=commit, git_dirty=None if dirty is None else bool(dirty)),
+        versions=versions(),
         jax_settings=dict(persistent_compilation_cache=jax.config.jax_compilation_cache_dir or None,
                           xla_flags=os.environ.get("XLA_FLAGS") or None),
         command=command_line(),

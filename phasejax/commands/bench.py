@@ -26,7 +26,7 @@ import os
 import sys
 
 from phasejax.commands.argtypes import UsageError, guard_output_file
-from phasejax.commands.flags import add_output, default_out
+from phasejax.commands.flags import add_mode, add_output, default_out
 
 NAME = "bench"
 HELP = "time every benchmark figure on the device JAX sees; writes <out>/<device>.json"
@@ -51,6 +51,9 @@ def add_arguments(ap) -> None:
                          "folder holding its phasejax package, e.g. a git worktree of an older commit), in the same run")
     add_output(ap, default_out(NAME), help="folder of the record <device>.json", guard=False)
     ap.add_argument("--no-progress", action="store_true", help="no progress lines (stderr) or progress bars")
+    for dest, part in (("project", "paper_diagram"), ("reference", "batch"), ("baseline", "program")):
+        add_mode(ap, f"with --parts without {part}", lambda args, part=part: part not in args.parts,
+                 ignores=(dest,), why=f"only {part} reads it")
 
 
 def record_path(out: str, device: str) -> str:
@@ -68,14 +71,16 @@ def run(args) -> int:
     from phasejax import bench
     from phasejax.io import atomic_write_json
 
-    path = guard_output_file(record_path(args.out, bench.device_name()), args.overwrite)   # before any compute
     reference = args.reference
     if reference is not None and not os.path.isfile(reference):
         raise UsageError(f"--reference {reference}: no such file; pass the published method's script")
-    import jax
-
     if args.baseline is not None and not os.path.isdir(os.path.join(args.baseline, "phasejax")):
         raise UsageError(f"--baseline {args.baseline}: no phasejax package there; pass a checkout of phasejax")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out} is a file, not a folder; pass a folder to --out (the record is written "
+                         "as <out>/<device>.json)")
+    path = guard_output_file(record_path(args.out, bench.device_name()), args.overwrite)   # before any compute
+    import jax
     plan = bench.BenchPlan(quick=args.quick, reference=reference or bench.find_reference(), baseline=args.baseline,
                            project=(jax.default_backend() == "cpu") if args.project is None else args.project,
                            progress=not args.no_progress)

@@ -66,10 +66,20 @@ def add_arguments(ap) -> None:
     flags.add_hidden_alias(ap, "--lr", "learning_rate", type=positive_float)
     flags.add_n_test(ap, 4096)
     flags.add_dtype(ap)
-    flags.add_replot(ap, "only redraw the figure from <out>/runs.csv", uses=("preset",))   # the preset picks the folder
+    flags.add_replot(ap, "only redraw the figure from <out>/runs.csv")
     flags.add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/proposition for that "
                                             "preset)")
     flags.add_run_options(ap, chunk_size=64)
+
+
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: runs.csv (`phasejax.tasks.histogram.CountingRuns`'s
+    columns); summary.json when there is one."""
+    if not args.replot:
+        return []
+    from phasejax.tasks.histogram.counting import RUN_COLUMNS
+
+    return flags.replot_reads(args, {"runs.csv": RUN_COLUMNS, "summary.json": ()}, optional=("summary.json",))
 
 
 def _default_out(args) -> str:

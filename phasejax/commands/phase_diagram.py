@@ -145,7 +145,7 @@ def run(args) -> int:
         print("not every chunk is finished yet (other processes, or --max-chunks); run again to assemble")
         return 0
     elapsed = time.perf_counter() - t0
-    paths = dataclasses.replace(pd, command=flags.command_line()).write(args.out)
+    paths = dataclasses.replace(pd, **flags.provenance()).write(args.out)
     paths.append(plot_phase_map(pd, os.path.join(args.out, "phase_map.png")))
     paths.append(plot_omega_slice(pd, w_slice, os.path.join(args.out, f"slice_omega_{w_slice:g}.png")))
     print(f"{len(grid.alphas)} x {len(grid.omegas)} points, 2 subspaces x {config.n_tracks} tracks, in {elapsed:.1f} s")

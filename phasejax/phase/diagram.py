@@ -437,6 +437,8 @@ class PhaseDiagram(ResultBundle):
         collapsing onto its invariant plane (`end_positional`, `end_semantic`; NaN: not in the grid).
       config: the run's configuration (JSON).
       command: the command line that computed it (shell-quoted), or `None` (a diagram computed from Python).
+      versions: the package versions that computed it (`phasejax.bench.versions`), or `None`; written beside
+        `command` in summary.json.
     """
 
     grid: PhaseGrid
@@ -445,6 +447,7 @@ class PhaseDiagram(ResultBundle):
     thresholds: dict
     config: dict
     command: str | None = None
+    versions: dict | None = None
 
     FILES = (
         BundleFile("points.csv", required=dict(omega="number", alpha="number", branch="str", status="str",
@@ -488,6 +491,8 @@ class PhaseDiagram(ResultBundle):
         )
         if self.command is not None:
             summary["command"] = self.command
+        if self.versions is not None:
+            summary["versions"] = self.versions
         return dict(points={k: pts[k] for k in first + [k for k in pts if k not in first] if k in pts},
                     table=diag, thresholds=self.thresholds, summary=summary,
                     grid=dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas)))
@@ -517,7 +522,8 @@ class PhaseDiagram(ResultBundle):
                 v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
             table[k] = np.asarray(v).reshape(shape)
         return cls(grid=grid, points=pts, table=table, thresholds=contents["thresholds"],
-                   config=contents["summary"]["config"], command=contents["summary"].get("command"))
+                   config=contents["summary"]["config"], command=contents["summary"].get("command"),
+                   versions=contents["summary"].get("versions"))
 
     def unresolved(self) -> list[tuple[float, float, str, str]]:
         """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point

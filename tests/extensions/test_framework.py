@@ -193,12 +193,20 @@ def test_the_command_names_every_extension():
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "rank2", "runs.csv")), reason="no committed outputs")
 def test_replot_of_the_committed_rank2_results_reproduces_them(tmp_path):
     """`--replot` re-derives thresholds, summary and figure from the committed theory.csv and runs.csv: every
-    table and document comes back as the same values, the figure as an image of the same size."""
+    table and document comes back as the same values (the summary with the record of the replot added,
+    `replotted_by`), the figure as an image of the same size."""
+    import json
+
     from phasejax.cli import main
 
     out = tmp_path / "rank2"
     shutil.copytree(os.path.join(RESULTS, "rank2"), out)
     assert main(["extension", "rank2", "--out", str(out), "--replot", "--overwrite", "--no-progress"]) == 0
+    with open(out / "summary.json") as fh:
+        summary = json.load(fh)
+    assert set(summary.pop("replotted_by")) == {"command", "versions"}
+    with open(out / "summary.json", "w") as fh:
+        json.dump(summary, fh)
     # a pure re-derivation (the same float64 arithmetic on the same tables): equal to 1e-12 relative (another
     # numpy or scipy may round alpha_c one unit in the last place apart)
     assert_same_outputs(out, os.path.join(RESULTS, "rank2"), rtol=RTOL_REDERIVED)
