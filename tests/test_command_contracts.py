@@ -135,8 +135,9 @@ def test_a_summary_records_the_command_and_the_versions_that_computed_it(tmp_pat
     """One function (`flags.provenance`) records, beside the command line, the package versions."""
     monkeypatch.setattr("phasejax.empirics.train_students", lambda *a, **k: _FakeRuns())
     out = tmp_path / "out"
-    code, _, err = run_cli(["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1",
-                            "--no-progress", "--out", str(out)])
+    argv = ["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1", "--no-progress", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["phasejax", *argv])         # as the `phasejax` entry point runs it
+    code, _, err = run_cli(argv)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["command"].startswith("phasejax ") and set(summary["versions"]) == VERSION_KEYS

@@ -76,10 +76,11 @@ def test_a_subpackage_api_page_documents_exactly_its_exports(package):
 @pytest.mark.parametrize("package", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=LONG_LISTS[p]))
                                      if p in LONG_LISTS else p for p in CURATED])
 def test_a_subpackage_exports_a_short_list(package):
-    """Each subpackage's `__all__` holds its entry points, types and rules: short enough to read."""
+    """Each subpackage's `__all__` holds its entry points, types and rules: short enough to read (the theory's,
+    the longest, also names the declared pieces a user subclasses: loss, penalty, quadrature scheme, adjoint)."""
     import importlib
 
-    assert len(importlib.import_module(package).__all__) <= 30
+    assert len(importlib.import_module(package).__all__) <= 35
 
 
 def test_the_root_api_page_lists_exactly_the_root_exports():
@@ -102,10 +103,7 @@ def test_the_root_api_page_lists_exactly_the_root_exports():
 # ---------------------------------------------------------------------------------------------------------------
 
 MAX_LINES = 800
-KNOWN_CYCLES = {
-    "theory solver": ("phasejax.theory.continuation", "phasejax.theory.newton", "phasejax.theory.replicon",
-                      "phasejax.theory.solver"),
-}
+KNOWN_CYCLES: dict[str, tuple[str, ...]] = {}
 """Circles known and not yet ended, each a strict xfail of `test_the_import_graph_has_no_circle`: ending one makes
 its case pass, and the strict mark then fails the run until the entry is removed here."""
 

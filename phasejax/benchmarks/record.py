@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from phasejax.provenance import command_line, git, repository_root, versions  # noqa: F401 - the record's
+
 COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 QUICK_NODES = 4            # `--quick`: tensor Gauss-Hermite with this many nodes per dimension
 
@@ -63,48 +65,9 @@ def device_name(backend: str | None = None) -> str:
     return {"cuda": "gpu", "rocm": "gpu"}.get(backend, backend)
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def git(root: str, *args: str) -> str | None:
-    """The output of `git -C root args`, or `None` where git fails or is missing."""
-    try:
-        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def repository_root() -> str:
-    """The folder holding the `phasejax` package (the repository root of a source checkout)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def versions() -> dict:
-    """The versions that compute a result: python, jax, jaxlib, numpy, scipy, flax, optax, phasejax, and the git
-    commit of the checkout the package runs from (`git_dirty`: whether tracked files differ from it; both None
-    outside a git checkout)."""
-    import jax
-
-    from phasejax import __version__
-
-    root = repository_root()
-    commit = git(root, "rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
-    dirty = git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
-    return dict(python=platform.python_version(), jax=jax.__version__, jaxlib=_version("jaxlib"),
-                numpy=np.__version__, scipy=_version("scipy"), flax=_version("flax"), optax=_version("optax"),
-                phasejax=__version__, git_commit=commit, git_dirty=None if dirty is None else bool(dirty))
-
-
 def environment() -> dict:
     """Where and with what a record was measured: UTC date, device, versions, git commit, JAX settings."""
     import jax
-
-    from phasejax.commands.flags import command_line
 
     devices = jax.devices()
     return dict(

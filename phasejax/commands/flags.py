@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Callable
 
+from phasejax.provenance import command_line, provenance  # noqa: F401 - the commands record both
 from phasejax.commands.argtypes import (
     finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int, unit_interval,
 )
@@ -332,26 +333,6 @@ def environment() -> dict:
 
     return dict(platform=jax.default_backend(), device=str(jax.devices()[0].device_kind),
                 n_devices=len(jax.devices()), jax=jax.__version__, phasejax=__version__, **provenance())
-
-
-def provenance() -> dict:
-    """What computed a result, recorded in every summary a command writes: `command` (`command_line()`) and
-    `versions` (python, jax, jaxlib, numpy, scipy, flax, optax, phasejax, the git commit and whether the checkout
-    differs from it: `phasejax.bench.versions`)."""
-    from phasejax.bench import versions
-
-    return dict(command=command_line(), versions=versions())
-
-
-def command_line() -> str:
-    """The command line of this process as a user would type it, shell-quoted (`shlex.join`: it can be pasted
-    back into a shell): `phasejax <args>` when run through the `phasejax` entry point or the CLI module, else the
-    program's file name and its arguments (no folder)."""
-    import shlex
-
-    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
-    head = "phasejax" if prog in ("phasejax", "cli.py", "__main__.py") else prog
-    return shlex.join([head, *sys.argv[1:]]) if head else shlex.join(sys.argv[1:])
 
 
 FAILED_STATUSES = ("diverged", "invalid_iterate")

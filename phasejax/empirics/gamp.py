@@ -53,7 +53,7 @@ from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.solvers import Status, iterate, raise_unless_converged
 from phasejax.theory.gram import GAMPInputs, gram_inputs, sample_loss_gram
 from phasejax.theory.params import TiedAttentionParams, params_are_valid, validate_params
-from phasejax.theory.prox import moreau_prox, prox_omega_jacobian
+from phasejax.theory.prox import moreau_minimizer, prox_omega_jacobian
 
 Array = jax.Array
 
@@ -194,7 +194,7 @@ class _GAMPIteration:
                 starts = h_warm[None]
             else:
                 starts = jnp.stack([zero, w_mu.reshape(-1), h_warm])
-            h_hat = moreau_prox(objective, starts).h
+            h_hat = moreau_minimizer(lambda hf, _: objective(hf), (), starts, n_steps=60, tol=1e-10)[0]
             f, dfdw = prox_omega_jacobian(loss_h, h_hat.reshape(L, r), w_mu, V_inv)
             return f, dfdw, h_hat
 

@@ -74,7 +74,7 @@ def observables(problem: SEProblem, x: Array, ev, rule) -> Observables:
     ov = problem.unravel()(x)
     return Observables(hats=ev.hats, train_loss=training_loss(ov, ev.hats, ev.envelope, params),
                        test_error=test_error(ov, params, rule),
-                       energetic_loss=params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0))
+                       energetic_loss=params.alpha * ev.loss + params.penalty.value(ov, params))
 
 
 class AbstractAdjoint(abc.ABC):

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from phasejax.solvers import Status, iterate
-from phasejax.theory.adjoint import AbstractAdjoint, ImplicitAdjoint
+from phasejax.theory.adjoint import AbstractAdjoint, ImplicitAdjoint, observables
 from phasejax.theory.branches import free_mask
 from phasejax.theory.fields import field_maps
 from phasejax.theory.params import params_are_valid
@@ -239,7 +239,7 @@ class NewtonSE:
 
     def _wants(self, problem: SEProblem) -> tuple[bool, bool]:
         """`(errors, replicon)`: whether the passes give error bars and the replicon."""
-        n_rep = int(getattr(problem.scheme, "n_replicas", 0) or 0)
+        n_rep = int(problem.scheme.n_replicas)
         replicon = self.replicon_tie_width is not None and problem.approximation.alternates
         return self.config.errors and n_rep >= 2, replicon
 
@@ -526,14 +526,12 @@ def postprocess(solver: NewtonSE, problem: SEProblem, state: SEState):
     free = free_mask(ib)
     held = ~free_mask(ib, with_gauge=False)
     rule = ev.rule                     # the main rule the accepted evaluation used
-    e_t = training_loss(ov, ev.hats, ev.envelope, params)
-    eps_g = test_error(ov, params, rule)
-    e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
+    e_t, eps_g, e_direct = observables(problem, x, ev, rule)[1:]
     stability = _spectral_abscissa(state.jac, free)
     gain = _spectral_abscissa(state.jac_open, held)   # out of the subspace: the unconstrained map's Jacobian
 
     nan = jnp.asarray(jnp.nan, x.dtype)
-    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    n_rep = int(scheme.n_replicas)
     n = x.shape[0]
     both = free[:, None] & free[None, :]
     A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))

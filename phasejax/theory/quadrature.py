@@ -18,6 +18,8 @@ dimensions from one rule. Two rules share the interface:
 
 from __future__ import annotations
 
+import abc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,10 +31,13 @@ Array = jax.Array
 
 @struct.dataclass
 class Quadrature:
-    """A quadrature rule for `N(0, I_D)`: `points (N, D)`, `weights (N,)`, sum of weights 1."""
+    """A quadrature rule for `N(0, I_D)`: `points (N, D)`, `weights (N,)`, sum of weights 1; optionally
+    `encodings (N, L, K)`, every node's own positional encodings (a mixture over label configurations, whose
+    weights are part of `weights`; `None`: every node has the model's `C`)."""
 
     points: Array
     weights: Array
+    encodings: Array | None = None
 
     @property
     def dim(self) -> int:
@@ -238,8 +243,85 @@ def _pivot_normals(params, ov, hstar):
     return jnp.where(n[:, :1] < 0, -n, n)
 
 
+class QuadratureScheme(abc.ABC):
+    """The interface of a state-evolution quadrature scheme: how the solver gets its nodes, their error replicas
+    and, for an adapted scheme, their orientation (theory notes, section 8).
+
+    A scheme is a frozen pytree (`flax.struct.dataclass`): its settings are static fields. What a subclass gives:
+
+    * `dim` (the dimension `L (r + t)` it integrates) and `size` (its number of nodes);
+    * `main(ov, params, frame=None) -> Quadrature`: the rule the solver iterates with, at overlaps `ov`;
+    * `copy_rule(ov, params, frame, copy) -> Quadrature`: copy `copy` of the rule (`0` the main rule, `k >= 1`
+      replica `k`; `copy` may be traced) whose nodes an error pass solves;
+    * `pass_copies(replicon) -> tuple[int, ...]`: the copies a solution's error passes solve, in order (with the
+      replicon, the main rule too where its minima are not otherwise at hand);
+    * `pass_rows(weights, copy) -> (rows (n_replicas + 1, N), owned (n_replicas + 1,))`: the weights of the main
+      rule (row 0) and of every replica on copy `copy`'s nodes, and which rows that copy holds;
+    * `replicas(ov, params, frame=None, replica_frames=None) -> (Quadrature, W (n_replicas, M))`: every replica's
+      nodes as one rule and each replica's weights on them (`None` without replicas).
+
+    and may override (the defaults describe a fixed, non-adapted rule without replicas):
+
+    * `n_replicas` (`0`: no error estimate), `shares_main_nodes` (the replicas are sub-rules of the main rule,
+      so the error analysis solves no new proximal problems), `adaptive` (oriented at the overlaps: a cold solve
+      takes two stages);
+    * `applies_to(params) -> bool` (which models it is built for);
+    * `frame(ov, params)` and `orientations(ov, params) -> (frame, replica frames)` (an adapted scheme's
+      orientation; `None` otherwise).
+
+    `as_scheme` accepts any instance; a subclass that lacks a required member cannot be made (the error names
+    it).
+    """
+
+    n_replicas = 0
+    shares_main_nodes = True
+    adaptive = False
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """The dimension `L (r + t)` the scheme integrates."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """The number of nodes of the main rule."""
+
+    def applies_to(self, params) -> bool:
+        """Whether the scheme is built for `params`' model (default: any)."""
+        return True
+
+    def frame(self, ov, params):
+        """The orientation at the overlaps `ov` (`None`: not adapted)."""
+        return None
+
+    def orientations(self, ov, params):
+        """`(frame, replica frames)` at `ov` (`None`: not adapted)."""
+        return None
+
+    @abc.abstractmethod
+    def main(self, ov, params, frame=None) -> Quadrature:
+        """The main rule at `ov` (oriented by `frame` where the scheme is adapted)."""
+
+    @abc.abstractmethod
+    def copy_rule(self, ov, params, frame, copy) -> Quadrature:
+        """Copy `copy` of the rule (`0` main, `k >= 1` replica `k`)."""
+
+    @abc.abstractmethod
+    def pass_copies(self, replicon: bool) -> tuple[int, ...]:
+        """The copies whose nodes a solution's error passes solve."""
+
+    @abc.abstractmethod
+    def pass_rows(self, weights: Array, copy) -> tuple[Array, Array]:
+        """`(rows, owned)`: every row of weights on copy `copy`'s nodes `weights (N,)`, and which rows it holds."""
+
+    @abc.abstractmethod
+    def replicas(self, ov, params, frame=None, replica_frames=None):
+        """`(Quadrature, W (n_replicas, M))` of every replica, or `None`."""
+
+
 @struct.dataclass
-class SplitProductRule:
+class SplitProductRule(QuadratureScheme):
     """The adapted rule of the two-token, rank-one model (`L = 2`, `r = t = 1`): converged and cheap.
 
     Where the prox's global minimiser switches basin (or moves steeply) the
@@ -467,7 +549,7 @@ def scrambled_sobol_points(dim: int, log2_n: int, seed: int) -> np.ndarray:
 
 
 @struct.dataclass
-class SobolRule:
+class SobolRule(QuadratureScheme):
     """Randomised quasi-Monte Carlo: the union of `n_replicas` independently scrambled Sobol rules.
 
     The state evolution iterates with the union (`n_replicas * 2**log2_n`
@@ -484,8 +566,6 @@ class SobolRule:
     n_replicas: int = struct.field(pytree_node=False, default=4)
     seed: int = struct.field(pytree_node=False, default=0)
 
-    shares_main_nodes = True
-    adaptive = False
 
     @classmethod
     def create(cls, dim: int, log2_n: int = 12, n_replicas: int = 4, seed: int = 0) -> "SobolRule":
@@ -503,12 +583,6 @@ class SobolRule:
     @property
     def size(self) -> int:
         return self.n_replicas * 2**self.log2_n
-
-    def frame(self, ov, params):
-        return None
-
-    def orientations(self, ov, params):
-        return None
 
     def main(self, ov, params, frame=None) -> Quadrature:
         n = self.points.shape[0]
@@ -536,14 +610,10 @@ class SobolRule:
 
 
 @struct.dataclass
-class FixedRule:
+class FixedRule(QuadratureScheme):
     """A fixed `Quadrature` used as a scheme (no adaptation, no replicas: errors are not estimated)."""
 
     quadrature: Quadrature
-
-    shares_main_nodes = True
-    adaptive = False
-    n_replicas = 0
 
     @property
     def dim(self) -> int:
@@ -552,12 +622,6 @@ class FixedRule:
     @property
     def size(self) -> int:
         return self.quadrature.size
-
-    def frame(self, ov, params):
-        return None
-
-    def orientations(self, ov, params):
-        return None
 
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.quadrature
@@ -577,13 +641,13 @@ class FixedRule:
 
 
 def as_scheme(rule):
-    """A scheme from a `Quadrature` (wrapped in `FixedRule`) or a scheme (returned as is)."""
+    """A scheme from a `Quadrature` (wrapped in `FixedRule`) or a `QuadratureScheme` (returned as is)."""
     if isinstance(rule, Quadrature):
         return FixedRule(rule)
-    if isinstance(rule, (FixedRule, SobolRule, SplitProductRule)):
+    if isinstance(rule, QuadratureScheme):
         return rule
-    raise ValueError(f"quadrature must be a Quadrature or a scheme (SplitProductRule, SobolRule, FixedRule), "
-                     f"got {type(rule).__name__}")
+    raise ValueError(f"quadrature must be a Quadrature or a QuadratureScheme (SplitProductRule, SobolRule, "
+                     f"FixedRule, or a subclass), got {type(rule).__name__}")
 
 
 def default_scheme(params):
@@ -591,3 +655,15 @@ def default_scheme(params):
     if SplitProductRule.applies_to(params):
         return SplitProductRule()
     return SobolRule.create(params.L * (params.r + params.t), log2_n=12, n_replicas=4)
+
+
+def resolve_scheme(quadrature, params):
+    """The quadrature scheme: `default_scheme(params)` for `None`, a `Quadrature` as a `FixedRule`, or a scheme."""
+    scheme = default_scheme(params) if quadrature is None else as_scheme(quadrature)
+    dim = params.L * (params.r + params.t)
+    if scheme.dim != dim:
+        raise ValueError(f"quadrature has dimension {scheme.dim}, but L (r + t) = {dim}")
+    if not scheme.applies_to(params):
+        raise ValueError(f"quadrature {type(scheme).__name__} does not apply to L={params.L}, r={params.r}, "
+                         f"t={params.t}; use SobolRule")
+    return scheme

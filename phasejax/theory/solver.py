@@ -21,6 +21,7 @@ from phasejax.theory.branches import BRANCHES, BranchInit, branch_init
 from phasejax.theory.continuation import continuation
 from phasejax.theory.newton import SEConfig
 from phasejax.theory.params import TiedAttentionParams, validate_params
+from phasejax.theory.quadrature import resolve_scheme  # noqa: F401 - the entry points resolve their rule
 from phasejax.theory.results import SEResult
 from phasejax.theory.se_map import MapApproximation
 
@@ -30,7 +31,7 @@ Array = jax.Array
 def _solve(params, init, scheme, config, approximation, kappa=None):
     """Jittable core of a cold solve: `(SEResult, final node minimisers, frame)`, a continuation row of one
     point (an adaptive rule: two stages and a retry; a fixed rule: one solve, no retry)."""
-    adaptive = bool(getattr(scheme, "adaptive", False))
+    adaptive = bool(scheme.adaptive)
     results, warm, frame = continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, approximation,
                                         kappa, retry=adaptive)
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
@@ -64,20 +65,6 @@ def resolve_init(init, params: TiedAttentionParams) -> BranchInit:
 def _as_float64(init: BranchInit) -> BranchInit:
     """The init's overlaps in float64 (an init built outside `float64_scope` holds float32 arrays)."""
     return init._replace(overlaps=jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), init.overlaps))
-
-
-def resolve_scheme(quadrature, params: TiedAttentionParams):
-    """The quadrature scheme: `default_scheme(params)` for `None`, a `Quadrature` as a `FixedRule`, or a scheme."""
-    from phasejax.theory.quadrature import as_scheme, default_scheme
-
-    scheme = default_scheme(params) if quadrature is None else as_scheme(quadrature)
-    dim = params.L * (params.r + params.t)
-    if scheme.dim != dim:
-        raise ValueError(f"quadrature has dimension {scheme.dim}, but L (r + t) = {dim}")
-    if hasattr(scheme, "applies_to") and not scheme.applies_to(params):
-        raise ValueError(f"quadrature {type(scheme).__name__} does not apply to L={params.L}, r={params.r}, "
-                         f"t={params.t}; use SobolRule")
-    return scheme
 
 
 @uses_float64
