@@ -47,13 +47,15 @@ from typing import Callable
 
 import numpy as np
 
-from phasejax.benchmarks.diagrams import PAPER_GRID, main_job, paper_diagram
+from phasejax.benchmarks.derivatives import gradient, vmapped_batch
+from phasejax.benchmarks.diagrams import PAPER_GRID, lines, main_job, paper_diagram
 from phasejax.benchmarks.programs import PROGRAM_ROW, cached_solve, program
 from phasejax.benchmarks.record import device_name, environment, quadrature_for, versions
 from phasejax.benchmarks.solves import batch, cold_solve, find_reference, warm_point
 from phasejax.benchmarks.training import training
 
-FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job", "paper_diagram", "training")
+FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "gradient", "vmapped_batch", "lines",
+           "main_job", "paper_diagram", "training")
 PROJECT_ROWS = 2           # omega rows measured when the paper diagram is projected
 
 __all__ = ["FIGURES", "PROJECT_ROWS", "BenchPlan", "run_figure", "benchmark_report", "summary_line", "device_name",
@@ -64,13 +66,15 @@ __all__ = ["FIGURES", "PROJECT_ROWS", "BenchPlan", "run_figure", "benchmark_repo
 class BenchPlan:
     """What `run_figure` runs: `quick` shrinks every figure; `project` projects the paper diagram from
     `PROJECT_ROWS` omega rows; `reference` is the published method's script (`None`: not timed); `baseline` a
-    checkout of another version whose compiled program `program` measures too (`None`: none)."""
+    checkout of another version whose compiled program `program` measures too (`None`: none); `host_devices` the
+    CPU devices the commands `lines` and `main_job` run (`None`: their default)."""
 
     quick: bool = False
     project: bool = True
     reference: str | None = None
     progress: bool = False
     baseline: str | None = None
+    host_devices: int | None = None
 
 
 def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda line: None) -> dict:
@@ -93,9 +97,14 @@ def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda l
     if name == "batch":
         return batch(quadrature=q, alphas=np.linspace(0.5, 2.0, 4 if plan.quick else 16), reference=plan.reference,
                      reference_nodes=2 if plan.quick else 4)
+    if name == "gradient":
+        return gradient(quadrature=q)
+    if name == "vmapped_batch":
+        return vmapped_batch(quadrature=q)
+    if name == "lines":
+        return lines(host_devices=plan.host_devices, quick=plan.quick)
     if name == "main_job":
-        return main_job(quadrature=q, n_alpha=4 if plan.quick else None, n_omega=2 if plan.quick else None,
-                        progress=plan.progress)
+        return main_job(host_devices=plan.host_devices, quick=plan.quick)
     if name == "paper_diagram":
         return paper_diagram(quadrature=q, n_alpha=4 if plan.quick else PAPER_GRID["n_alpha"],
                              project_rows=PROJECT_ROWS if plan.project else None, progress=plan.progress)

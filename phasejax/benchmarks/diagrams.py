@@ -23,7 +23,7 @@ def main_job_settings() -> dict:
     a = ap.parse_args([])
     return dict(alphas=np.linspace(a.alpha_min, a.alpha_max, a.n_alpha).tolist(),
                 omegas=np.linspace(a.omega_min, a.omega_max, a.n_omega).tolist(), tracks=a.tracks,
-                chunk_size=a.chunk_size, sigma=a.sigma, lam=a.lam, A=list(a.A))
+                chunk_size=a.chunk_size, sigma=a.sigma, lam=a.lam, A=list(a.A), n_boundary=a.n_boundary)
 
 
 def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int | None = None, sigma: float = 0.5,
@@ -53,26 +53,79 @@ def time_phase_diagram(alphas, omegas, *, tracks: int = 1, chunk_size: int | Non
                 chunk_size=chunk_size)
 
 
-def main_job(*, quadrature=None, n_alpha: int | None = None, n_omega: int | None = None,
-             progress: bool = False) -> dict:
-    """The default phase diagram (`main_job_settings`), compilation included; `n_alpha`, `n_omega` shrink it
-    (same ranges)."""
+def run_command(argv, *, cache: str | None = None, host_devices: int | None = None) -> dict:
+    """`phasejax <argv>` in a fresh process: its wall seconds, exit code and the last lines it printed. `cache`:
+    JAX's persistent compilation cache folder (`None`: none, every program compiled afresh); `host_devices`: CPU
+    devices to simulate (`--host-devices`)."""
+    import subprocess
+    import sys
+    import time
+
+    from phasejax.benchmarks.record import repository_root
+
+    env = dict(os.environ, PHASEJAX_COMPILE_CACHE="1" if cache else "0")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    if cache:
+        env["JAX_COMPILATION_CACHE_DIR"] = cache
+    env["PYTHONPATH"] = repository_root() + os.pathsep + env.get("PYTHONPATH", "")
+    extra = ["--host-devices", str(host_devices)] if host_devices else []
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "phasejax.cli", *argv, *extra], capture_output=True, text=True, env=env,
+                         cwd=repository_root())
+    seconds = time.perf_counter() - t0
+    if out.returncode not in (0, 1):
+        raise RuntimeError(f"phasejax {' '.join(argv)} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return dict(seconds=seconds, returncode=out.returncode, tail=out.stdout.strip().splitlines()[-3:])
+
+
+def _statuses(path: str, column: str) -> dict:
+    from phasejax.io import read_csv
+
+    values, counts = np.unique(np.asarray(read_csv(path)[column], str), return_counts=True)
+    return {str(v): int(c) for v, c in zip(values, counts)}
+
+
+def main_job(*, host_devices: int | None = None, quick: bool = False) -> dict:
+    """The main job as a newcomer runs it (`phasejax phase-diagram` with its defaults: the map on the grid and the
+    lines), in a fresh process with no compilation cache: wall seconds, everything included. `quick`: a 4 x 2 grid
+    and 5 omegas of lines."""
+    args = ["--n-alpha", "4", "--n-omega", "2", "--n-boundary", "5"] if quick else []
+    with tempfile.TemporaryDirectory(prefix="phasejax-bench-") as out:
+        run = run_command(["phase-diagram", "--out", os.path.join(out, "pd"), "--no-progress", *args],
+                          host_devices=host_devices)
+        points = _statuses(os.path.join(out, "pd", "points.csv"), "status")
+        lines = _statuses(os.path.join(out, "pd", "boundary.csv"), "alpha_c_status")
     s = main_job_settings()
-    alphas, omegas = s.pop("alphas"), s.pop("omegas")
-    if n_alpha is not None:
-        alphas = np.linspace(alphas[0], alphas[-1], n_alpha).tolist()
-    if n_omega is not None:
-        omegas = np.linspace(omegas[0], omegas[-1], n_omega).tolist()
-    run = time_phase_diagram(alphas, omegas, quadrature=quadrature, progress=progress, **s)
-    shape = f"{len(alphas)} alpha x {len(omegas)} omega x 2 subspaces x {s['tracks']} track(s)"
     return figure_entry(
         "main_job",
-        f"the main job, phase_diagram at the `phasejax phase-diagram` defaults "
-        f"({'shrunk to ' if n_alpha or n_omega else ''}{shape}, chunk size {run['chunk_size']}), "
-        f"{rule_name(quadrature)}, in a temporary run directory; total time, compilation included",
-        seconds=run["seconds"], points=run["solves"], compilation_included=True, statuses=run["statuses"],
-        compile_seconds=run["compile_seconds"], grid=run["grid"], chunk_size=run["chunk_size"],
-        quadrature=rule_name(quadrature))
+        f"the main job, `phasejax phase-diagram` at its defaults ({'shrunk: ' + ' '.join(args) if quick else 'the map on ' + str(len(s['alphas'])) + ' x ' + str(len(s['omegas'])) + ' points and the lines at ' + str(s['n_boundary']) + ' omegas'})"
+        f"{', ' + str(host_devices) + ' host devices' if host_devices else ''}, in a fresh process with no compilation "
+        "cache: wall time, imports and compilation included",
+        seconds=run["seconds"], points=sum(points.values()), compilation_included=True, statuses=points,
+        line_statuses=lines, host_devices=host_devices, returncode=run["returncode"])
+
+
+def lines(*, host_devices: int | None = None, quick: bool = False) -> dict:
+    """The lines alone (`phasejax boundary` at its defaults: 51 omegas), in a fresh process: with no compilation
+    cache, and once more with the persistent cache the first run filled (its programs loaded, not compiled)."""
+    args = ["--n-omega", "5"] if quick else []
+    with tempfile.TemporaryDirectory(prefix="phasejax-bench-") as out:
+        cache = os.path.join(out, "cache")
+        cold = run_command(["boundary", "--out", os.path.join(out, "b1"), "--no-progress", *args],
+                           host_devices=host_devices)
+        run_command(["boundary", "--out", os.path.join(out, "b2"), "--no-progress", *args], cache=cache,
+                    host_devices=host_devices)
+        warm = run_command(["boundary", "--out", os.path.join(out, "b3"), "--no-progress", *args], cache=cache,
+                           host_devices=host_devices)
+        statuses = _statuses(os.path.join(out, "b1", "boundary.csv"), "alpha_c_status")
+    n = sum(statuses.values())
+    return figure_entry(
+        "lines",
+        f"the lines alone, `phasejax boundary` ({n} omegas{', ' + str(host_devices) + ' host devices' if host_devices else ''}), "
+        "in a fresh process with no compilation cache (seconds) and with a filled one (cached_seconds): wall time, "
+        "imports and compilation included",
+        seconds=cold["seconds"], points=n, compilation_included=True, statuses=statuses,
+        cached_seconds=warm["seconds"], host_devices=host_devices, returncode=cold["returncode"])
 
 
 def measured_rows(n_omega: int, rows: int) -> np.ndarray:

@@ -560,7 +560,7 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
     cfg = dict(kind="tied_attention_phase_diagram", alphas=list(grid.alphas), omegas=list(grid.omegas),
                sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
                C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
-               student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
+               student=params.student, quadrature=dict(kind=type(scheme).__name__, **scheme_fields(scheme)),
                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
                se_config=dataclasses.asdict(config.se), map_approximation=dataclasses.asdict(config.approximation))
     if config.replicon:
@@ -568,7 +568,8 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
     return cfg
 
 
-def _scheme_fields(scheme) -> dict:
+def scheme_fields(scheme) -> dict:
+    """A scheme's settings (JSON; an array field by a digest of its content), for a run's configuration."""
     out = {}
     for f in dataclasses.fields(scheme):
         v = getattr(scheme, f.name)
@@ -577,7 +578,7 @@ def _scheme_fields(scheme) -> dict:
 
             out[f.name + "_sha"] = hashlib.sha256(np.ascontiguousarray(np.asarray(v)).tobytes()).hexdigest()[:16]
         elif dataclasses.is_dataclass(v):
-            out[f.name] = _scheme_fields(v)
+            out[f.name] = scheme_fields(v)
         else:
             out[f.name] = v
     return out

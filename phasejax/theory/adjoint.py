@@ -1,4 +1,4 @@
-"""Derivatives of a state-evolution fixed point, by the implicit function theorem (theory notes, section 8.6).
+"""Derivatives of a state-evolution fixed point, by the implicit function theorem (docs/model.md).
 
 A converged solve returns `x*` with `x* = F(x*, p)` on the branch's free coordinates (`F` the map of
 `phasejax.theory.se_map` at the rule the solve used, `p` the model's array parameters). Differentiating that

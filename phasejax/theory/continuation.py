@@ -123,9 +123,40 @@ def _row(static: _RowSettings, params, alphas, init: BranchInit, scheme, kappa):
     return outs, carry.warm, carry.frame, points
 
 
+def _split(args):
+    params, alphas, rest = args
+    return (params, alphas, *rest)
+
+
+@functools.lru_cache(maxsize=None)
+def _mapped_row(static: _RowSettings):
+    """`_row` for `static` whose `jax.vmap` solves the batch's rows one after the other on a CPU (`lax.map`: a
+    vmapped while loop runs every lane until the slowest is done, so a batch would cost its slowest solve times its
+    size) and side by side on an accelerator (where side by side is parallel)."""
+
+    @jax.custom_batching.custom_vmap
+    def row(params, alphas, rest):
+        return _row(static, params, alphas, *rest)
+
+    @row.def_vmap
+    def _batched(axis_size, in_batched, params, alphas, rest):
+        args = (params, alphas, rest)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        batched = jax.tree_util.tree_leaves(in_batched)
+        if jax.default_backend() == "cpu":
+            full = [a if b else jnp.broadcast_to(a, (axis_size,) + jnp.shape(a)) for a, b in zip(leaves, batched)]
+            out = jax.lax.map(lambda ls: _row(static, *_split(jax.tree_util.tree_unflatten(tree, ls))), full)
+        else:
+            axes = jax.tree_util.tree_unflatten(tree, [0 if b else None for b in batched])
+            out = jax.vmap(lambda p, a, r: _row(static, p, a, *r), in_axes=axes)(*args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return row
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _differentiable_row(static: _RowSettings, params, alphas, rest):
-    return _row(static, params, alphas, *rest)
+    return _mapped_row(static)(params, alphas, rest)
 
 
 @_differentiable_row.defjvp
@@ -134,7 +165,7 @@ def _row_jvp(static: _RowSettings, primals, tangents):
     a time."""
     params, alphas, rest = primals
     dparams, dalphas, _ = tangents
-    out = _row(static, params, alphas, *rest)
+    out = _mapped_row(static)(params, alphas, rest)
     d_out = zero_tangent(out)
     adjoint = static.config.adjoint
     if isinstance(adjoint, NoAdjoint):

@@ -1,4 +1,4 @@
-"""Per-sample losses of the attention model, declared (theory notes, sections 1, 3 and 13).
+"""Per-sample losses of the attention model, declared (docs/model.md; theory notes, sections 1 and 3).
 
 A loss is a small frozen object with two pure functions, the two faces of one training loss:
 

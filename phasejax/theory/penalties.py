@@ -1,5 +1,5 @@
-"""Penalties of the attention model's weights, declared: the entropic half of the state evolution (theory notes,
-sections 4, 5 and 12).
+"""Penalties of the attention model's weights, declared: the entropic half of the state evolution (docs/model.md;
+theory notes, sections 4, 5 and 12).
 
 The energetic half (the quadrature nodes' proximal problems) ends in the conjugate parameters, which reach the
 overlaps only through their token sums, the effective hats (`EffectiveHats`: `Vhat`, `qhat`, `thetahat` summed

@@ -175,8 +175,13 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
     return _checked(map_points(solve, (alpha, omega, inits), batch_size), throw, "solve_state_evolution_batch")
 
 
-def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
-    """`alphas` as a float64 `(A,)` array, non-empty, strictly monotone and valid (continuation rows)."""
+def _check_alphas(alphas, params: TiedAttentionParams):
+    """`alphas` as a float64 `(A,)` array, non-empty, strictly monotone and valid (continuation rows); traced
+    `alphas` (a derivative in them, a vmap) are checked for their shape only."""
+    if isinstance(alphas, jax.core.Tracer):
+        if alphas.ndim != 1 or alphas.shape[0] == 0:
+            raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {alphas.shape}")
+        return jnp.asarray(alphas, jnp.float64)
     a = np.asarray(alphas, dtype=np.float64)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")
