@@ -21,7 +21,9 @@ What is and is not differentiated (`ImplicitAdjoint`):
   used: the orientation decides only the quadrature error, not the integral, and is held fixed;
 * within the branch's invariant subspace: held coordinates stay at zero (a perturbation that breaks the symmetry
   holding them, such as an asymmetric change of `A` on the semantic branch, is followed inside the subspace);
-* a point that did not converge has NaN tangents (the identity `x = F(x)` does not hold there);
+* a point that did not converge has NaN tangents (the identity `x = F(x)` does not hold there); in reverse mode the
+  NaN reaches the gradient of anything computed from the same call (the transpose sums over a row's points, the
+  failed one included): check `status` first;
 * no derivative exists where `I - J` is singular (a fold of the branch, a spinodal: the tangent is large or not
   finite there) or where a quadrature node sits at a tie between two prox minima (the map jumps; with
   `MapApproximation(tie_width > 0)` it is smooth);
@@ -121,7 +123,10 @@ class ImplicitAdjoint(AbstractAdjoint):
         A = jnp.where(free[:, None] & free[None, :], eye - J, eye)
         dx = jnp.where(free, jnp.linalg.solve(A, jnp.where(free, dF, 0.0)), 0.0)
         _, dobs = linear(dx, dparams)
-        nan = lambda t: jnp.where(point.ok, t, jnp.nan)  # noqa: E731
+        # NaN where the point did not converge, as a factor: linear in the tangent, so reverse mode (the transpose)
+        # gives NaN too, not the zero a `where` would transpose to
+        mask = jnp.where(point.ok, 1.0, jnp.nan)
+        nan = lambda t: t * mask  # noqa: E731
         return nan(dx), jax.tree_util.tree_map(nan, dobs)
 
 
