@@ -370,6 +370,7 @@ REPLOTS = {   # command line (DIR: the folder), committed folder
                             "extensions/general_L"),
     "extension second_A": (["extension", "second_A", "--replot", "--out", "DIR", "--overwrite"],
                            "extensions/second_A"),
+    "extension huber": (["extension", "huber", "--replot", "--out", "DIR", "--overwrite"], "extensions/huber"),
     "dynamics": (["dynamics", "--replot", "--out", "DIR", "--overwrite"], "dynamics"),
     "fig2": (["fig2", "--replot", "--out", "DIR", "--overwrite"], "fig2"),
     "gamp": (["gamp", "--replot", "--out", "DIR", "--overwrite"], "gamp"),

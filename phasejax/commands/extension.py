@@ -20,9 +20,9 @@ from phasejax.commands import flags
 from phasejax.commands.argtypes import run_dir_from
 
 NAME = "extension"
-HELP = "untied / correlated / rank-2 / value / general-L / second-A extensions: theory and experiments"
+HELP = "untied / correlated / rank-2 / value / general-L / second-A / Huber-loss extensions: theory and experiments"
 
-EXTENSION_NAMES = ("untied", "correlated", "rank2", "value", "general_L", "second_A")
+EXTENSION_NAMES = ("untied", "correlated", "rank2", "value", "general_L", "second_A", "huber")
 """`phasejax.extensions.EXTENSIONS`, spelled here so that parsing the command line does not import JAX (a test
 checks that the two agree)."""
 
@@ -81,6 +81,13 @@ REPLOT_READS = {
                  "runs.csv": ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error"),
                  "thresholds.csv": ("omega", "alpha_c", "alpha_c_err", "alpha_l", "alpha_l_err"),
                  "summary.json": ("train_omega",)},
+    "huber": {"theory.csv": ("loss", "alpha", "omega", "init", "branch", "status", "converged", "q", "m", "theta", "V",
+                             "q_err", "m_err", "theta_err", "V_err", "train_loss", "train_loss_err", "test_error",
+                             "test_error_err", "energetic_loss", "global_min"),
+              "runs.csv": ("loss", "alpha", "omega", "seed", "init", "d", "solution", "q", "m", "theta", "train_loss",
+                           "test_error"),
+              "thresholds.csv": ("alpha_c",),
+              "summary.json": ("delta", "train_omega")},
 }
 """The columns (keys) of the files a `--replot` of each extension reads (its `finish`, `figures` and
 `phasejax.extensions.ExtensionResult.load`; the replicon columns of theory.csv are computed where absent)."""

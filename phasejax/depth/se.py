@@ -46,7 +46,7 @@ from phasejax.depth.posterior import (
     shared_grid_posterior,
 )
 from phasejax.precision import uses_float64
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import HasStatus, Status, iterate
 
 Array = jax.Array
 
@@ -278,7 +278,7 @@ class _Fixed:
 
 
 @struct.dataclass
-class DepthSEResult:
+class DepthSEResult(HasStatus):
     """A fixed point: `q (L,)` (layer 1, 2, ...), `qhat (L,)` and its Monte Carlo standard error `qhat_se (L,)`,
     `q_se (L,)` (the standard error carried to `q`), `residual ()` (the last step), `error ()` (the estimated
     distance to the fixed point of the map, `SEState`), `iterations ()`, `status ()` (`Status` code), and

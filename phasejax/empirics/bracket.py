@@ -44,10 +44,9 @@ from phasejax.empirics.data import cast_params, check_positive_int, checked_size
 from phasejax.empirics.metrics import _gauss_hermite_in, classify_solution
 from phasejax.empirics.replicas import LanczosResult, hessian_vector_product, lanczos_min_eig, replica_init
 from phasejax.empirics.sweep import problem_config
-from phasejax.empirics.training import TrainConfig, minimize
+from phasejax.empirics.training import TrainConfig, check_trainable, minimize, tied_risk
 from phasejax.precision import check_float_dtype, dtype_scope
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
-from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
 
 Array = jax.Array
@@ -240,11 +239,8 @@ def paired_task(dataset, alpha, alpha_code, *, params: TiedAttentionParams, d: i
     data = generate_data(keys["data"], p_, d, n_max, dtype=dtype)
     n = jnp.round(jnp.asarray(alpha, dtype) * d).astype(jnp.int32) if n is None else jnp.asarray(n, jnp.int32)
     mask = jnp.arange(n_max) < n
-    inputs = gram_inputs(data.x, data.y, data.p)
     u, Qstar = data.u, data.Qstar
-
-    def risk(Q):
-        return gram_risk(Q, inputs, p_, mask)
+    risk = tied_risk(data.x, data.y, data.p, p_, mask)
 
     rule = _gauss_hermite_in(params.L * params.t, ZERO_LOSS_ORDER, dtype)
     zero_loss = risk(jnp.zeros((d, params.r), dtype)) / d
@@ -395,7 +391,8 @@ def bracket_sweep(grid: BracketGrid, params: TiedAttentionParams | None = None, 
 
     if not isinstance(grid, BracketGrid):
         raise ValueError(f"grid must be a BracketGrid, got {type(grid).__name__}")
-    params = make_params(1.0, 0.3) if params is None else validate_params(params)
+    params = make_params(1.0, 0.3) if params is None else check_trainable(validate_params(params),
+                                                                          square_loss_for="bracket_sweep")
     if params.r != 1 or params.t != 1 or params.K != 1:
         raise ValueError(f"the bracket is for rank r = t = K = 1 (the paper's model), got r={params.r}, "
                          f"t={params.t}, K={params.K}")

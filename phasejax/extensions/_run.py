@@ -8,7 +8,7 @@ import os
 
 from phasejax.extensions._presets import ExtensionRun
 
-EXTENSIONS = ("untied", "correlated", "rank2", "value", "general_L", "second_A")
+EXTENSIONS = ("untied", "correlated", "rank2", "value", "general_L", "second_A", "huber")
 """The extensions, each a module `phasejax.extensions.<name>`."""
 
 USES_TIED = ("untied", "second_A")
@@ -65,7 +65,8 @@ def run_extension(name: str, preset: str, out: str, *, run: ExtensionRun = Exten
     problem = getattr(module, "replicon_problem", None)
     if problem is not None:
         recorded = result.summary.get("presets") or module.PRESETS[preset]
-        result = add_replicon(result, problem(recorded), progress=run.progress)
+        result = add_replicon(result, problem(recorded), progress=run.progress,
+                              summarize=getattr(module, "summarize_replicon", None))
     files = result.bundle_files()
     if replot:        # what the replot derived; the data files (and theory.csv, unless it gained columns) stay
         data = {"runs", *(f"{d}.json" for d in result.documents)} | ({"theory"} if set(result.theory) <= columns
@@ -76,9 +77,10 @@ def run_extension(name: str, preset: str, out: str, *, run: ExtensionRun = Exten
     return paths
 
 
-def add_replicon(result, problem, *, progress: bool = True):
+def add_replicon(result, problem, *, progress: bool = True, summarize=None):
     """`result` with the replicon columns in its theory table (computed where missing:
-    `phasejax.extensions.stability.with_replicon`) and their summary (`replicon_summary`)."""
+    `phasejax.extensions.stability.with_replicon`) and their summary (`summarize(theory)`, a module's own
+    `summarize_replicon` where it has one, else `replicon_summary`)."""
     from tqdm.auto import tqdm
 
     from phasejax.extensions.stability import replicon_summary, with_replicon
@@ -86,4 +88,5 @@ def add_replicon(result, problem, *, progress: bool = True):
     with tqdm(total=len(result.theory["alpha"]), desc="replicon", unit="row", leave=False,
               disable=None if progress else True) as bar:       # None: a bar on a terminal only
         theory = with_replicon(result.theory, problem, progress=lambda done, total: bar.update(done - bar.n))
-    return dataclasses.replace(result, theory=theory, summary=dict(result.summary, replicon=replicon_summary(theory)))
+    summary = (summarize or replicon_summary)(theory)
+    return dataclasses.replace(result, theory=theory, summary=dict(result.summary, replicon=summary))
