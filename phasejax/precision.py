@@ -13,6 +13,11 @@ surrounding trace and raises a `ValueError` that says how to enable it:
 wrap the transformed call in `with phasejax.float64_scope():` (or
 `jax.enable_x64(True)`), or set `JAX_ENABLE_X64=1` for the whole program.
 
+The closed-form functions of the theory (`phasejax.theory.test_error`, `training_loss`) compute in their inputs'
+dtype (a float32 training sweep evaluates the theory's test error at its students' overlaps); the iterative
+ones either run in float64 (the solvers) or warn with a `PrecisionWarning` when asked for a tolerance their
+inputs' type cannot reach (`phasejax.theory.prox.moreau_minimizer` on float32 starts: `reachable_tol`).
+
 Empirics and tasks take a `dtype` argument instead (float32 is the right
 choice on accelerators); `dtype_scope(dtype)` enables float64 only when a
 64-bit dtype is asked for, and computes float32 matrix products at full
@@ -108,3 +113,21 @@ def uses_float64(fn):
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+class PrecisionWarning(UserWarning):
+    """A computation asked for a tolerance its floating-point type cannot reach (float32 with a float64-sized
+    tolerance): its convergence flags would be meaningless."""
+
+
+def reachable_tol(tol: float, dtype, name: str = "tol", *, factor: float = 10.0) -> None:
+    """Warn (`PrecisionWarning`) when `tol` is below `factor` times the machine epsilon of `dtype`, so that a
+    solver run in float32 with a tolerance meant for float64 does not silently report (or miss) convergence.
+    Called at trace time: `dtype` is static under `jax.jit`."""
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    if float(tol) < factor * eps:
+        import warnings
+
+        warnings.warn(f"{name} = {float(tol):.3g} is below what {np.dtype(dtype)} resolves (machine epsilon "
+                      f"{eps:.3g}): compute inside `phasejax.float64_scope()` with float64 inputs, or pass "
+                      f"{name} >= {factor * eps:.1g}", PrecisionWarning, stacklevel=3)

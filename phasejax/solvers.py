@@ -54,6 +54,8 @@ class Status(enum.IntEnum):
     INVALID_ITERATE = 2
     INVALID_INPUT = 3
     DIVERGED = 4
+    NO_ROOT = 5
+    BRANCH_LOST = 6
     RUNNING = -1
 
     @property
@@ -68,6 +70,9 @@ _MESSAGES = {
                              "semi-definite); the last valid iterate is returned and derived quantities are NaN"),
     Status.INVALID_INPUT: "the inputs are invalid (traced values that could not be checked before the call)",
     Status.DIVERGED: "the iterates diverged (non-finite or exploding); the last good iterate is returned",
+    Status.NO_ROOT: "the function has no sign change in the range searched: no root there",
+    Status.BRANCH_LOST: ("a continuation lost the solution it followed: an inner solve failed or the branch ended "
+                         "(collapsed onto its invariant subspace)"),
     Status.RUNNING: "still running (internal; never returned)",
 }
 

@@ -10,4 +10,4 @@ python3 -m venv .venv
 # the newest releases that pyproject.toml admits instead (an existing .venv is brought to those versions).
 if [ "${PHASEJAX_NEWEST:-0}" = 1 ]; then pins=(--upgrade --upgrade-strategy eager); else pins=(-c requirements/lock.txt); fi
 .venv/bin/python -m pip install -q "${pins[@]}" -e .
-exec .venv/bin/phasejax phase-diagram "$@"
+exec .venv/bin/phasejax phase-diagram --host-devices 2 "$@"

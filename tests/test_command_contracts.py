@@ -156,7 +156,7 @@ def test_a_phase_diagram_summary_records_the_versions(tmp_path, run_cli, monkeyp
     pd = PhaseDiagram.load(os.path.join(root, "results", "phase_diagram"))
     monkeypatch.setattr("phasejax.phase.phase_diagram", lambda *a, **k: pd)
     out = tmp_path / "pd"
-    argv = ["phase-diagram", "--n-alpha", "3", "--n-omega", "2", "--no-progress", "--out", str(out)]
+    argv = ["phase-diagram", "--n-alpha", "3", "--n-omega", "2", "--n-boundary", "0", "--no-progress", "--out", str(out)]
     monkeypatch.setattr("sys.argv", ["phasejax", *argv])
     code, _, err = run_cli(argv)
     assert code in (0, 1), err

@@ -61,7 +61,7 @@ def test_traced_call_without_float64_explains_how_to_enable_it():
     def f(x):
         return x * 2
 
-    assert f(jnp.ones(2)).dtype == jnp.float32 or True   # concrete call: runs inside the scope
+    assert f(np.ones(2)).dtype == jnp.float64     # a concrete call runs inside the scope: numpy's float64 is kept
     with pytest.raises(ValueError, match="float64_scope"):
         jax.jit(f)(jnp.ones(2))
     with float64_scope():
@@ -76,3 +76,27 @@ def test_dtype_checks_name_the_parameter(bad):
 
 def test_float64_scope_is_exported():
     assert phasejax.float64_scope is float64_scope
+
+
+def test_a_float32_prox_with_a_float64_tolerance_warns_and_a_reachable_one_does_not():
+    """The prox outside the float64 scope: float32 starts with the default tolerance (1e-13, below float32's
+    resolution) warn; a tolerance float32 resolves, or float64 starts inside the scope, do not; the minimiser
+    is the closed form's either way (a quadratic's minimum, to float32's precision)."""
+    import warnings
+
+    from phasejax.precision import PrecisionWarning
+    from phasejax.theory.prox import moreau_minimizer
+
+    target = np.array([0.3, -1.2])
+    objective = lambda h, _: 0.5 * jnp.sum((h - target) ** 2) + 0.25 * jnp.sum(h ** 4)  # noqa: E731
+    starts = jnp.zeros((2, 2), jnp.float32)
+    with pytest.warns(PrecisionWarning, match="float64_scope"):
+        h32 = moreau_minimizer(objective, (), starts, n_steps=40)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        moreau_minimizer(objective, (), starts, n_steps=40, tol=1e-5)
+        with float64_scope():
+            h64 = moreau_minimizer(objective, (), jnp.zeros((2, 2), jnp.float64), n_steps=40)[0]
+    assert h32.dtype == jnp.float32 and h64.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(h64) + np.asarray(h64) ** 3, target, rtol=1e-12)     # stationarity
+    np.testing.assert_allclose(np.asarray(h32), np.asarray(h64), rtol=1e-5)

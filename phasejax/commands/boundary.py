@@ -8,7 +8,7 @@ Each line is a root in alpha, corrected by Newton with the implicit derivatives 
 along omega from a coarse scan at the first omega of each segment (docs/boundary.md). Writes to --out (default
 runs/boundary): boundary.csv (per omega: alpha_c, alpha_l and the spinodals with 95% errors and statuses, whether
 replica symmetry is stable at alpha_c), boundary.json (the configuration, what the errors cover) and boundary.png.
-A killed run resumes from --run-dir (a segment is a chunk). The command exits 1 when alpha_c is unresolved or a
+A killed run resumes from --run-dir (a chunk is one segment per device). The command exits 1 when alpha_c is unresolved or a
 branch was lost at some omega.
 """
 
@@ -53,7 +53,7 @@ def report(boundary) -> str | None:
         print(f"omega={om:.3f}  alpha_c={ln['alpha_c'][i]:.4f} +- {ln['alpha_c_err'][i]:.4f} ({ln['alpha_c_status'][i]})"
               f"  alpha_l={ln['alpha_l'][i]:.4f} +- {ln['alpha_l_err'][i]:.4f} ({ln['alpha_l_status'][i]})"
               f"  spinodal_positional={ln['spinodal_positional'][i]:.4f}")
-    bad = np.isin(np.asarray(ln["alpha_c_status"]), ("unresolved", "branch_lost"))
+    bad = np.isin(np.asarray(ln["alpha_c_status"]), ("max_iterations", "invalid_iterate", "branch_lost"))
     if np.any(bad):
         where = ", ".join(f"{w:g}" for w in np.asarray(ln["omega"])[bad][:8])
         return f"alpha_c is unresolved or a branch was lost at omega = {where}{' ...' if bad.sum() > 8 else ''}"

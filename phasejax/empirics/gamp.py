@@ -190,13 +190,14 @@ class _GAMPIteration:
                 return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + loss_h(hf.reshape(L, r))
 
             zero = jnp.zeros(L * r, Q.dtype)
+            prox_tol = 1e-10 if zero.dtype == jnp.float64 else 1e-5     # what the data's type resolves
             if self.prox_starts == "zero":
                 starts = zero[None]
             elif self.prox_starts == "warm":
                 starts = h_warm[None]
             else:
                 starts = jnp.stack([zero, w_mu.reshape(-1), h_warm])
-            h_hat = moreau_minimizer(lambda hf, _: objective(hf), (), starts, n_steps=60, tol=1e-10)[0]
+            h_hat = moreau_minimizer(lambda hf, _: objective(hf), (), starts, n_steps=60, tol=prox_tol)[0]
             f, dfdw = prox_omega_jacobian(loss_h, h_hat.reshape(L, r), w_mu, V_inv)
             return f, dfdw, h_hat
 

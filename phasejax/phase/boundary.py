@@ -29,9 +29,10 @@ Errors (95%): `alpha_c` and `alpha_l` carry the quadrature error of their defini
 losses', or the test error's, from the solver's error replicas) propagated through its slope, plus the last
 Newton step; the other lines the last Newton step only. The replicon's verdict at `alpha_c` is the branches'
 (`phasejax.theory.replicon`). Every Newton step is safeguarded by the bracket the line's signs give (a step out of
-it bisects). Statuses per line and `omega`: `converged`, `no_crossing` (no root in `[alpha_min, alpha_max]`, or the
-line is not there at this `omega`), `branch_lost` (a solve it needs failed, or its branch collapsed there) and
-`unresolved` (Newton did not settle within `max_rounds`).
+it bisects). Statuses per line and `omega` are `phasejax.solvers.Status` codes (`LINE_STATUS`): `converged`,
+`no_root` (no root in `[alpha_min, alpha_max]`, or the line is not there at this `omega`), `branch_lost` (a solve
+it needs failed, or its branch collapsed there), `max_iterations` (Newton did not settle within `max_rounds`) and
+`invalid_iterate` (a step that is not finite, with no bracket to bisect).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from phasejax.bundle import BundleFile, ResultBundle
-from phasejax.solvers import Status
+from phasejax.solvers import HasStatus, Status, status_names
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.branches import BranchInit, branch_init, stack_inits
 from phasejax.theory.fields import field_maps
@@ -60,9 +61,12 @@ Array = jax.Array
 BRANCH_NAMES = ("positional", "semantic")
 LINES = ("alpha_c", "alpha_l", "spinodal_positional", "spinodal_semantic")
 """The lines, in the order of every per-line array."""
-LINE_STATUS = ("converged", "no_crossing", "branch_lost", "unresolved")
-"""Status names; codes are their indices."""
-CONVERGED, NO_CROSSING, BRANCH_LOST, UNRESOLVED = range(4)
+LINE_STATUS = (Status.CONVERGED, Status.NO_ROOT, Status.BRANCH_LOST, Status.MAX_ITERATIONS, Status.INVALID_ITERATE)
+"""The statuses of a line at one `omega` (`phasejax.solvers.Status`; the names go to CSV): `converged`; `no_root`
+(no root in `[alpha_min, alpha_max]`, or the line is not there at this `omega`); `branch_lost` (a solve it needs
+failed, or its branch collapsed there); `max_iterations` (Newton did not settle within `max_rounds` solves);
+`invalid_iterate` (a Newton step that is not finite, with no bracket to bisect)."""
+CONVERGED, NO_ROOT, BRANCH_LOST, UNSETTLED, STUCK = (int(code) for code in LINE_STATUS)
 
 COLLAPSE_TOL = 1e-5
 """An order parameter below this (in the overlaps' units) lies on the invariant plane: the branch has collapsed."""
@@ -97,7 +101,7 @@ class BoundaryConfig:
 
     alpha_min: float = 0.3
     alpha_max: float = 3.0
-    n_scan: int = 16
+    n_scan: int = 10
     accept: float = 1e-5
     max_rounds: int = 5
     spinodal_tol: float = 5e-5
@@ -253,6 +257,8 @@ class Lines(NamedTuple):
     rs: Array
     rounds: Array
 
+    status_name = HasStatus.status_name
+
 
 def _line_functions(outs: LaneOut, lanes: Lane, alpha, omega, fa_last, eps_lin, deps_lin, shares: bool):
     """`(f (4,), f_alpha (4,), f_omega (4,), f_err (4,), ok (4,))` of the lines from the lanes' outputs `(5, ...)`
@@ -287,8 +293,11 @@ def refine(config: BoundaryConfig, params, inits, scheme, lines: Lines, omega) -
                                 (jnp.ones_like(omega),))
     line_of, lane_of = jnp.asarray(_LANE_LINE), jnp.asarray(_LINE_LANE)
     down = jnp.asarray(_DOWN)
-    passes = jnp.arange(5) < 3
     shares = bool(scheme.shares_main_nodes)
+    # the error passes (K more map evaluations per solve) run where a line can settle: from the second round on, or
+    # from the first where no error is known yet (a segment's first omega); a first round without them settles
+    # nothing and takes its tolerance from the error at the omega before (errors change slowly along omega)
+    known = jnp.isfinite(lines.err)
 
     def round_(carry):
         ln, k, pending = carry
@@ -298,6 +307,7 @@ def refine(config: BoundaryConfig, params, inits, scheme, lines: Lines, omega) -
         step = jnp.stack([alpha - lanes.alpha, jnp.broadcast_to(omega - lanes.omega, alpha.shape)], axis=1)
         guess = lanes.state.x + jnp.einsum("lk,lkn->ln", jnp.nan_to_num(step), jnp.nan_to_num(lanes.dx))
         busy = pending[line_of]
+        passes = (jnp.arange(5) < 3) & ((k > 0) | ~known[line_of])
 
         def one(i):
             lane_state = jax.tree_util.tree_map(lambda a: a[i], lanes.state)
@@ -328,16 +338,17 @@ def refine(config: BoundaryConfig, params, inits, scheme, lines: Lines, omega) -
         in_range = (candidate >= config.alpha_min) & (candidate <= config.alpha_max)
         # settled: the step is below `accept`, or below half the root's own quadrature error (the function is only
         # known to its error bars; the step itself, added to the error, is exact to its square)
-        own = jnp.where(jnp.isfinite(ferr), jnp.abs(ferr / fa), 0.0)
         spinodal = jnp.arange(4) >= 2
+        measured = passes[lane_of] | spinodal      # this round's solves carry the line's error (a spinodal has none)
+        own = jnp.where(jnp.isfinite(ferr) & measured, jnp.abs(ferr / fa), jnp.where(known, lines.err, 0.0))
         tol = jnp.where(spinodal, config.spinodal_tol, jnp.maximum(config.accept, 0.5 * own))
-        done = usable & finite & in_range & inside & (jnp.abs(move) < tol)
+        done = usable & finite & in_range & inside & (jnp.abs(move) < tol) & measured
         half = jnp.where(jnp.isfinite(lo) & jnp.isfinite(hi), 0.5 * (hi - lo), 0.0)
         lost = pending & ~ok
         out_of_range = usable & finite & ~in_range
         stuck = usable & ~finite
         status = jnp.where(done, CONVERGED, jnp.where(lost, BRANCH_LOST, jnp.where(
-            out_of_range, NO_CROSSING, jnp.where(stuck, UNRESOLVED, ln.status)))).astype(jnp.int32)
+            out_of_range, NO_ROOT, jnp.where(stuck, STUCK, ln.status)))).astype(jnp.int32)
         root = jnp.where(usable & finite & in_range, candidate, ln.root)
         err = jnp.where(done, own + jnp.abs(move) + jnp.where(spinodal, half, 0.0), ln.err)
         # d root / d omega: the implicit derivative where the line has one, else the last two omegas' roots
@@ -366,11 +377,11 @@ def refine(config: BoundaryConfig, params, inits, scheme, lines: Lines, omega) -
         _, k, pending = carry
         return jnp.any(pending) & (k < config.max_rounds)
 
-    start = lines._replace(rounds=jnp.zeros((), jnp.int32), status=jnp.where(lines.active, UNRESOLVED, lines.status))
+    start = lines._replace(rounds=jnp.zeros((), jnp.int32), status=jnp.where(lines.active, UNSETTLED, lines.status))
     out, _, pending = jax.lax.while_loop(more, round_, (start, jnp.zeros((), jnp.int32), lines.active))
     # a line Newton did not settle stays followed (its last estimate predicts the next omega's); its value here is
     # not reported (`_point`)
-    return out._replace(status=jnp.where(pending, UNRESOLVED, out.status).astype(jnp.int32))
+    return out._replace(status=jnp.where(pending, UNSETTLED, out.status).astype(jnp.int32))
 
 
 # ----------------------------------------------------------------------------
@@ -475,7 +486,7 @@ def scan(config: BoundaryConfig, params, inits, scheme, omega) -> Lines:
     secant = lambda f, i: (f[i + 1] - f[i]) / (alphas[i + 1] - alphas[i])  # noqa: E731
     fa = jnp.stack([ddelta[near[0]], dgap[near[1]], secant(spin[0], jc[2]), secant(spin[1], jc[3])])
     return Lines(root=roots, err=jnp.full((4,), jnp.nan, dtype),
-                 status=jnp.where(found, UNRESOLVED, NO_CROSSING).astype(jnp.int32), active=found,
+                 status=jnp.where(found, UNSETTLED, NO_ROOT).astype(jnp.int32), active=found,
                  lo=jnp.where(found, alphas[jc], jnp.nan), hi=jnp.where(found, alphas[jc + 1], jnp.nan), fa=fa,
                  slope=jnp.zeros((4,), dtype), previous=jnp.full((4,), jnp.nan, dtype), previous_omega=omega,
                  previous_slope=jnp.full((4,), jnp.nan, dtype),
@@ -492,6 +503,8 @@ class LinePoint(NamedTuple):
     rs: Array
     branch_l: Array
     rounds: Array
+
+    status_name = HasStatus.status_name
 
 
 def _point(lines: Lines) -> LinePoint:
@@ -613,9 +626,11 @@ def phase_boundary(params: TiedAttentionParams, omegas, *, quadrature=None, conf
                               jnp.asarray(chunk["segment"]))
 
         cfg = boundary_config(params, w, scheme, config, S)
-        out = run_chunked(fn, dict(segment=np.arange(S, dtype=np.int32)), cfg,
-                          options.replace(chunk_size=min(options.chunk_size, n_dev) if segments is None
-                                          else options.chunk_size), compiler_options=xla.compiler_options())
+        # a chunk holds a whole number of segments per device (a chunk is padded to the devices: fewer segments
+        # than devices would leave a device computing padding)
+        chunk = n_dev * max(1, min(options.chunk_size, S) // n_dev)
+        out = run_chunked(fn, dict(segment=np.arange(S, dtype=np.int32)), cfg, options.replace(chunk_size=chunk),
+                          compiler_options=xla.compiler_options())
     if out is None:
         return None
     flat = {k: np.asarray(v).reshape((S * W,) + np.asarray(v).shape[2:])[: w.size] for k, v in out.items()}
@@ -630,12 +645,11 @@ def json_config(cfg: dict) -> dict:
 def lines_table(omegas, points: dict) -> dict[str, np.ndarray]:
     """`BOUNDARY_COLUMNS` from the segments' `LinePoint`s (flattened to one row per omega); `status` is
     `alpha_c`'s."""
-    names = np.asarray(LINE_STATUS)
     out = dict(omega=np.asarray(omegas, float))
     for k, line in enumerate(LINES):
         out[line] = points["root"][:, k]
         out[f"{line}_err"] = points["err"][:, k]
-        out[f"{line}_status"] = names[points["status"][:, k]]
+        out[f"{line}_status"] = status_names(points["status"][:, k])
     out["status"] = out["alpha_c_status"]
     out["rs_stable_positional"], out["rs_stable_semantic"] = points["rs"][:, 0], points["rs"][:, 1]
     out["alpha_l_branch"] = np.where(np.isfinite(out["alpha_l"]),
@@ -698,7 +712,7 @@ class PhaseBoundary(ResultBundle):
     counts, the command and versions); beside a phase diagram's files in the main job's folder."""
 
     def to_files(self) -> dict:
-        counts = {line: {name: int(np.sum(np.asarray(self.lines[f"{line}_status"]) == name)) for name in LINE_STATUS}
+        counts = {line: {name: int(np.sum(np.asarray(self.lines[f"{line}_status"]) == name)) for name in status_names(np.asarray(LINE_STATUS))}
                   for line in LINES}
         summary = dict(config=self.config, line_errors=BOUNDARY_ERRORS, statuses=counts)
         if self.command is not None:

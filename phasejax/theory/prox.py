@@ -36,6 +36,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import block_diag
 
+from phasejax.precision import reachable_tol
 from phasejax.theory import small_linalg
 from phasejax.theory.params import TiedAttentionParams
 
@@ -207,6 +208,12 @@ def _one_node(objective, derivatives, theta, starts, n_steps, tol):
     return obj, der, settings, (), (theta,), jax.lax.stop_gradient(starts)[None]
 
 
+def _starts_dtype(starts):
+    """The floating type the minimisation runs in: that of its starts (a tuple of groups: the first's)."""
+    first = starts[0] if isinstance(starts, (tuple, list)) else starts
+    return jnp.result_type(first)
+
+
 def moreau_minimizer(objective: Callable[[Array, object], Array], theta, starts, *, n_steps=8,
                      tol: float = 1e-13, derivatives: Callable | None = None) -> tuple[Array, Array, Array]:
     """The lowest of damped Newton minimisations of `objective(h, theta)` from several starts: `lowest_minima` for
@@ -214,12 +221,14 @@ def moreau_minimizer(objective: Callable[[Array, object], Array], theta, starts,
 
     `starts` is an `(S, n)` array, every start taking at most `n_steps` steps, or a tuple of such arrays with a
     tuple of step counts (e.g. a well-converged warm start with few steps and cold starts with more); a start
-    stops when its gradient is below `tol`. `derivatives(h, theta) -> (value, gradient, Hessian)` may replace
+    stops when its gradient is below `tol`, which the starts' floating type must resolve (float32 starts with the
+    default `tol` warn with a `phasejax.precision.PrecisionWarning`: run inside `phasejax.float64_scope()`). `derivatives(h, theta) -> (value, gradient, Hessian)` may replace
     autodiff (a closed form is much cheaper). Returns `(h (n,), grad_norm (), start_index ())`. Differentiable
     in `theta` (any pytree) by the implicit function theorem at the returned optimum:
     `dh = -H^{-1} d_theta grad_h objective` (a switch of the selected start is not differentiated); `starts` is
     not differentiated.
     """
+    reachable_tol(tol, _starts_dtype(starts))
     obj, der, settings, node, shared, st = _one_node(objective, derivatives, theta, starts, n_steps, tol)
     h, gnorm, best, _ = lowest_minima(obj, der, settings, node, shared, st, True)
     return h[0], gnorm[0], best[0]
@@ -236,6 +245,7 @@ def moreau_minimizers(objective: Callable[[Array, object], Array], theta, starts
     objective(h_k, theta)`), so a smooth function of the values (`tie_weights`) is differentiated exactly,
     switches included.
     """
+    reachable_tol(tol, _starts_dtype(starts))
     obj, der, settings, node, shared, st = _one_node(objective, derivatives, theta, starts, n_steps, tol)
     hs, values, gnorms = all_minima(obj, der, settings, node, shared, st, True)
     return hs[0], values[0], gnorms[0]

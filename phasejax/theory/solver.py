@@ -93,6 +93,11 @@ def solve_state_evolution(params: TiedAttentionParams, init: BranchInit | str = 
       >>> res = solve_state_evolution(make_params(2.0, 0.3), "semantic")      # doctest: +SKIP
       >>> res.status_name, round(float(res.q[0]), 4), float(res.q_err[0]) < 1e-3   # doctest: +SKIP
       ('converged', 0.1148, True)
+
+    Under `jax.jit` (inside `phasejax.float64_scope()`), pass the branch as a `BranchInit` pytree
+    (`jax.jit(solve_state_evolution)(params, branch_init("semantic", params))`) or its name as a static argument
+    (`jax.jit(solve_state_evolution, static_argnames="init")`); a scheme other than the default is a static
+    argument too (`static_argnames=("init", "quadrature")`).
     """
     validate_params(params)
     init = resolve_init(init, params)

@@ -51,7 +51,7 @@ def test_every_line_has_a_status_and_alpha_c_and_alpha_l_converge(run):
     assert list(ln) == list(BOUNDARY_COLUMNS)
     assert list(ln["alpha_c_status"]) == ["converged"] * 2 and list(ln["alpha_l_status"]) == ["converged"] * 2
     # at omega = 0.3 the positional branch stays stable out of its subspace, the semantic one too (no spinodal)
-    assert set(ln["spinodal_positional_status"]) | set(ln["spinodal_semantic_status"]) == {"no_crossing"}
+    assert set(ln["spinodal_positional_status"]) | set(ln["spinodal_semantic_status"]) == {"no_root"}
     assert np.all(np.isfinite(ln["alpha_c_err"])) and np.all(ln["alpha_c_err"] > 0)
     assert np.all(ln["alpha_l"] > ln["alpha_c"]) and list(ln["alpha_l_branch"]) == ["semantic"] * 2
 

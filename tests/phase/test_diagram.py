@@ -207,7 +207,7 @@ def test_the_command_that_computed_a_diagram_is_in_its_summary(tmp_path, monkeyp
     monkeypatch.setattr(phasejax.phase, "phase_diagram", lambda *a, **k: committed.__class__(
         **{**committed.__dict__, "command": None}))
     out = tmp_path / "a b"
-    argv = ["phase-diagram", "--out", str(out), "--no-progress", "--run-dir", str(tmp_path / "run")]
+    argv = ["phase-diagram", "--out", str(out), "--no-progress", "--run-dir", str(tmp_path / "run"), "--n-boundary", "0"]
     monkeypatch.setattr("sys.argv", ["/somewhere/bin/phasejax", *argv])
     assert main(argv) == 0
     with open(out / "summary.json") as fh:

@@ -4,8 +4,8 @@ The reference is independent of the adjoint: central differences of converged re
 shifted parameter, its rule oriented at its own solution), Richardson-extrapolated from steps `1e-4` and `5e-5`
 (the plain step-`1e-4` difference of the test error in `lambda = 0.01` still carries an `h^2` truncation of
 `2e-4` relative). The solves stop at a residual of `1e-11` (near the map's rounding floor) so that the
-differences are not the solver's noise. The rule has 16 tanh-sinh nodes per side of the split instead of the
-default 12: with 12, the derivative's own quadrature error reaches `3e-4` relative (`d eps_g / d omega` on the
+differences are not the solver's noise (the semantic branch's check, as long again, runs with `-m slow`). The
+rule has 16 tanh-sinh nodes per side of the split instead of the default 12: with 12, the derivative's own quadrature error reaches `3e-4` relative (`d eps_g / d omega` on the
 semantic branch; the slow test shows it), with 16 it is below `1e-5`.
 """
 
@@ -46,7 +46,7 @@ def _central_differences(observables, h=1e-4):
     return np.stack([cd(0, h), cd(1, h), (4.0 * cd(2, h / 2) - cd(2, h)) / 3.0], axis=1)
 
 
-@pytest.fixture(scope="module", params=["positional", "semantic"])
+@pytest.fixture(scope="module", params=["positional", pytest.param("semantic", marks=pytest.mark.slow)])
 def derivatives(request):
     """The Jacobian of (train loss, test error) in (alpha, omega, lambda) by `jax.jvp` (one tangent per parameter)
     and by `jax.vjp` (one cotangent per output), each one compiled program, and the central differences."""

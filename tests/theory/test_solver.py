@@ -276,6 +276,20 @@ def test_traced_call_in_float32_explains_how_to_enable_float64():
         jax.jit(lambda a: solve_state_evolution(PAPER.replace(alpha=a), "semantic", SMALL))(jnp.asarray(1.0))
 
 
+def test_the_solve_is_jitted_as_it_is(check_point):
+    """`jax.jit(solve_state_evolution)` without a wrapper: the branch as a `BranchInit` pytree (every argument an
+    array or a pytree of arrays), or its name with `static_argnames`; both are the plain call's fixed point (the
+    same program, rounding apart)."""
+    with float64_scope():
+        res = jax.jit(solve_state_evolution)(PAPER, branch_init("semantic", PAPER))
+        named = jax.jit(solve_state_evolution, static_argnames="init")(PAPER, "semantic")
+    ref = check_point["semantic"]
+    for r in (res, named):
+        assert r.status_name == "converged"
+        np.testing.assert_allclose([float(r.train_loss), float(r.test_error), _value(r, "q")],
+                                   [float(ref.train_loss), float(ref.test_error), _value(ref, "q")], rtol=1e-10)
+
+
 @pytest.mark.slow
 def test_smoothed_selection_moves_the_fixed_point_less_than_its_errors():
     """Main setting, positional fixed point at alpha = 1.5, omega = 0.3, default rule: with `tie_width` 1e-3 and
