@@ -51,7 +51,8 @@ from typing import Callable
 
 import numpy as np
 
-FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job", "paper_diagram", "training")
+FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job", "paper_diagram", "training",
+           "counting")
 COMPILE_EVENT_PREFIX = "/jax/core/compile/"
 REFERENCE_RELPATH = os.path.join("shared", "reference_method", "se_scipy_loop.py")
 QUICK_NODES = 4            # `--quick`: tensor Gauss-Hermite with this many nodes per dimension
@@ -772,6 +773,10 @@ def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda l
     if name == "paper_diagram":
         return paper_diagram(quadrature=q, n_alpha=4 if plan.quick else PAPER_GRID["n_alpha"],
                              project_rows=PROJECT_ROWS if plan.project else None, progress=plan.progress)
+    if name == "counting":
+        from phasejax.tasks.histogram.bench import counting_entry
+
+        return counting_entry(quick=plan.quick, baseline=plan.baseline, log=log)
     return training(quick=plan.quick, log=log)
 
 
