@@ -2,7 +2,7 @@
 Behrens, Biggio & Zdeborova ran them.
 
     phasejax counting                        # CPU preset: d in {2..64}, p in {1..32}, 5 seeds, the paper's
-                                             # protocol for 64 epochs (about an hour of 2 cores)
+                                             # protocol for 128 epochs (about an hour of 2 cores)
     phasejax counting --preset paper         # the paper's run (also --preset gpu): d, p in {1, 2, 3, 4, 6, ...,
                                              # 91, 128}, 5 seeds, 500 epochs of 10,000 fresh sequences (an
                                              # accelerator's job), into runs/counting/paper/
@@ -40,16 +40,16 @@ PAPER_SIZES = [1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128]
 
 PRESETS = {
     # the paper's subgrid at powers of 2, its law, model, optimiser and batch; epochs sized to an hour of 2 cores
-    "cpu": dict(ds=[2, 4, 8, 16, 32, 64], widths=[1, 2, 4, 8, 16, 32], seeds=5, epochs=64, grouping="d",
-                segment_epochs=8, curve_every=1, steps=None),
+    "cpu": dict(ds=[2, 4, 8, 16, 32, 64], widths=[1, 2, 4, 8, 16, 32], seeds=5, epochs=128, grouping="d",
+                segment_epochs=16, curve_every=4, steps=None),
     # the paper's run: 6 configurations x 196 cells x 5 seeds x 500 epochs; one program per configuration
     "gpu": dict(ds=PAPER_SIZES, widths=PAPER_SIZES, seeds=5, epochs=500, grouping="all", segment_epochs=25,
                 curve_every=5, steps=None),
     "paper": dict(ds=PAPER_SIZES, widths=PAPER_SIZES, seeds=5, epochs=500, grouping="all", segment_epochs=25,
                   curve_every=5, steps=None),
     # the relation-based proposition's column (d = T = 32, p = 1..4), trained longer than the CPU grid
-    "proposition": dict(ds=[32], widths=[1, 2, 3, 4], seeds=5, epochs=128, grouping="all", segment_epochs=32,
-                        curve_every=1, steps=None),
+    "proposition": dict(ds=[32], widths=[1, 2, 3, 4], seeds=5, epochs=256, grouping="all", segment_epochs=64,
+                        curve_every=2, steps=None),
 }
 
 
@@ -74,9 +74,9 @@ def _unit(text: str) -> float:
 
 
 def add_arguments(ap) -> None:
-    flags.add_preset(ap, "cpu: d in {2..64}, p in {1..32} (powers of 2), 5 seeds, 64 epochs; paper (or gpu): the "
+    flags.add_preset(ap, "cpu: d in {2..64}, p in {1..32} (powers of 2), 5 seeds, 128 epochs; paper (or gpu): the "
                          "paper's 14 x 14 grid, 5 seeds, 500 epochs (an accelerator's job); proposition: d = 32, "
-                         "p = 1..4, 5 seeds, 128 epochs", choices=tuple(PRESETS))
+                         "p = 1..4, 5 seeds, 256 epochs", choices=tuple(PRESETS))
     ap.add_argument("--configs", nargs="+", type=_config_name, default=None,
                     help="subset of the six configurations (case-insensitive; default: all six)")
     flags.add_histogram_task(ap, T=32)
@@ -111,7 +111,10 @@ def add_arguments(ap) -> None:
                    help="epochs per resumable chunk (default: the preset's)")
     g.add_argument("--curve-every", type=positive_int, default=None,
                    help="epochs between two rows of curves.csv (default: the preset's)")
-    flags.add_replot(ap, "only redraw the figures from <out>/runs.csv and curves.csv", uses=("preset",))
+    ap.add_argument("--published", default=None, metavar="CSV",
+                    help="the paper's maps read off its figures (results/counting/published_maps.csv): print them "
+                         "under ours in the maps and write comparison.csv")
+    flags.add_replot(ap, "only redraw the figures from <out>/runs.csv and curves.csv", uses=("preset", "published"))
     flags.add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/<preset> for the "
                                             "paper and proposition presets)")
     flags.add_run_options(ap, chunk_size=4096, chunk_help="runs per compiled program at most (a larger group is "
@@ -128,12 +131,15 @@ def _title(T: int, L: int, law: str, epochs, steps, batch, seeds) -> str:
             f"{seeds} seeds per cell")
 
 
-def figures(runs, out: str, summary: dict) -> list[str]:
-    """The figures of a counting run (`runs`: `CountingRuns`) into `out`; `summary`: its `summary.json`."""
+def figures(runs, out: str, summary: dict, published: str | None = None) -> list[str]:
+    """The figures of a counting run (`runs`: `CountingRuns`) into `out`; `summary`: its `summary.json`;
+    `published`: a table of the paper's maps (`published_maps.csv`), also compared in `comparison.csv`."""
     import numpy as np
 
+    from phasejax.io import read_csv, write_csv
     from phasejax.tasks.histogram import HistogramTask, majority_accuracy
     from phasejax.tasks.histogram.figures import plot_loss_curves, plot_maps, plot_proposition
+    from phasejax.tasks.histogram.published import PUBLISHED_COLUMNS, compare_with_published, published_lookup
 
     T, L = int(runs.runs["T"][0]), int(runs.runs["L"][0])
     law = str(runs.runs["data"][0])
@@ -142,13 +148,23 @@ def figures(runs, out: str, summary: dict) -> list[str]:
     title = _title(T, L, law, summary.get("epochs", "?"), int(runs.runs["steps"][0]), int(runs.runs["batch_size"][0]),
                    seeds)
     paths = []
+    table = read_csv(published, PUBLISHED_COLUMNS) if published else None
+    if table is not None:
+        paths.append(write_csv(os.path.join(out, "comparison.csv"), compare_with_published(runs, table)))
+        title += "; in parentheses: the paper's (500 epochs), read off its figure"
     ds, ps = np.unique(runs.runs["d"]), np.unique(runs.runs["p"])
     if len(ds) > 1 and len(ps) > 1:
         for stat in ("best", "mean"):
             paths.append(plot_maps(runs, os.path.join(out, f"maps_{stat}.png"), stat, T=T, majority=base,
-                                   title=f"{stat} accuracy: " + title))
+                                   title=f"{stat} accuracy: " + title,
+                                   reference=published_lookup(table, stat) if table is not None else None))
     if T in ds:
-        paths.append(plot_proposition(runs, os.path.join(out, "proposition.png"), d=T, majority=base,
+        ref = None
+        if table is not None:
+            best, mean = published_lookup(table, "best"), published_lookup(table, "mean")
+            ref = {n: (list(ps), [best.get(n, {}).get((T, int(p)), np.nan) for p in ps],
+                       [mean.get(n, {}).get((T, int(p)), np.nan) for p in ps]) for n in best}
+        paths.append(plot_proposition(runs, os.path.join(out, "proposition.png"), d=T, majority=base, paper=ref,
                                       title=f"d = T = {T}, every seed: " + title))
     if runs.curves is not None:
         paths.append(plot_loss_curves(runs, os.path.join(out, "loss_curves.png"),
@@ -190,9 +206,12 @@ def run(args) -> int:
         runs = CountingRuns.load(args.out) if os.path.exists(os.path.join(args.out, "counting.json")) \
             else CountingRuns.from_csv(path)
         s_path = os.path.join(args.out, "summary.json")
-        flags.print_paths(figures(runs, args.out, read_json(s_path) if os.path.exists(s_path) else {}))
+        flags.print_paths(figures(runs, args.out, read_json(s_path) if os.path.exists(s_path) else {},
+                                  args.published))
         return 0
 
+    if args.published is not None and not os.path.isfile(args.published):
+        raise UsageError(f"--published {args.published}: no such file")
     if args.dtype != "float32":
         raise UsageError(f"--dtype {args.dtype}: the counting runs are float32 throughout (as the paper's)")
     preset = PRESETS[args.preset]
@@ -244,7 +263,7 @@ def run(args) -> int:
                           best=float(np.max(runs.select(n)["best_accuracy"])),
                           runs_at_100=int(np.sum(runs.select(n)["best_accuracy"] >= 1.0))) for n in runs.names},
         **_provenance())
-    paths += figures(written, args.out, summary)
+    paths += figures(written, args.out, summary, args.published)
     paths.append(write_csv(os.path.join(args.out, "constructions.csv"), _constructions(args.T, args.L, args.data)))
     paths.append(atomic_write_json(os.path.join(args.out, "summary.json"), summary))
     print(f"total {seconds:.0f} s")

@@ -31,8 +31,10 @@ from phasejax.tasks.histogram.data import (
     masked_accuracy,
     masked_cross_entropy,
     model_inputs,
+    parts_from_bits,
     parts_to_positions,
     sample_sequences,
+    shuffle_parts,
 )
 from phasejax.tasks.histogram.model import counting_logits, init_counting_params, pad_params, reference_logits
 from phasejax.tasks.histogram.sweep import SweepPlan, counting_phase_diagrams, counting_sweep, plan_groups
@@ -184,13 +186,12 @@ def test_slot_batches_give_the_loss_and_accuracy_over_positions(law, name):
     key = jax.random.PRNGKey(7)
     batch = slot_batch(key, task, n, cfg.mixing)
     if law == "composition":
-        k_parts, k_order = jax.random.split(jax.random.PRNGKey(99))
         # the same sequences from their words: slot_batch draws 2 L words for the parts, then L for the order
+        # (linear mixing); any order will do for dot-product mixing
         bits = jax.random.bits(key, ((3 if cfg.mixing == "linear" else 2) * task.L, n), jnp.uint32)
-        from phasejax.tasks.histogram.data import parts_from_bits, shuffle_parts
-
         sizes, tokens = parts_from_bits(bits[:2 * task.L], task.T)
-        order = bits[2 * task.L:] if cfg.mixing == "linear" else jax.random.bits(k_order, (task.L, n), jnp.uint32)
+        order = bits[2 * task.L:] if cfg.mixing == "linear" else jax.random.bits(jax.random.PRNGKey(99),
+                                                                                 (task.L, n), jnp.uint32)
         tok, lab = shuffle_parts(order, sizes, tokens)
     else:
         tok = (jax.random.bits(key, (task.L, n), jnp.uint32) % task.T).astype(jnp.int32)

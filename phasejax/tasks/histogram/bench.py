@@ -22,7 +22,6 @@ import sys
 import time
 from typing import Callable
 
-import numpy as np
 
 __all__ = ["model_flops", "counting_throughput", "BENCH_SIZES", "QUICK_SIZES"]
 
@@ -43,6 +42,13 @@ def model_flops(mixing: str, T: int, L: int, d: int, p: int, bos: bool = False) 
     mix = 2 * n * n * d
     attention = (2 * 2 * n * d * d + 2 * n * n * d) if mixing == "dot" else 0
     return int(attention + mix + 2 * n * d * p + 2 * n * p * (L + 1))
+
+
+def program_size(compiled) -> dict:
+    """Lines of a compiled program's optimised HLO and its temporary memory (`memory_analysis`)."""
+    mem = compiled.memory_analysis()
+    return dict(hlo_lines=len(compiled.as_text().splitlines()),
+                temp_bytes=int(getattr(mem, "temp_size_in_bytes", 0) or 0) if mem is not None else None)
 
 
 def _new_call(task, cfg, cells, seeds, width, hidden, steps, batch):
@@ -94,7 +100,7 @@ def _new_path(sizes: dict, law: str, log: Callable[[str], None]) -> dict:
 
     T, L, B, steps = sizes["T"], sizes["L"], sizes["batch"], sizes["steps"]
     d, p = sizes["cell"]
-    cell = dict(seconds=0.0, compile_seconds=0.0, run_steps=0, model_flops=0.0, executed_flops=0.0)
+    cell = dict(seconds=0.0, compile_seconds=0.0, run_steps=0, model_flops=0.0, executed_flops=0.0, programs={})
     preset = dict(seconds=0.0, compile_seconds=0.0, run_steps=0, model_flops=0.0, groups=0)
     grid = CountingGrid(ds=sizes["preset_ds"], ps=sizes["preset_ps"], seeds=tuple(range(sizes["preset_seeds"])))
     tasks = grid.tasks()
@@ -109,6 +115,7 @@ def _new_path(sizes: dict, law: str, log: Callable[[str], None]) -> dict:
         cell["run_steps"] += R * steps
         cell["model_flops"] += 3.0 * model_flops(cfg.mixing, T, L, d, p, cfg.bos) * B * R * steps
         cell["executed_flops"] += flops * steps
+        cell["programs"][name] = program_size(call)
         for group in plan_groups(grid, "d"):
             rows = group["runs"]
             cells = list(zip(tasks["d"][rows], tasks["p"][rows]))
@@ -131,6 +138,7 @@ def _rates(rec: dict, batch: int) -> dict:
     out["model_gflops_per_second"] = rec["model_flops"] / rec["seconds"] / 1e9
     if "executed_flops" in rec:
         out["executed_gflops_per_second"] = rec["executed_flops"] / rec["seconds"] / 1e9
+        out["executed_flops_per_run_step"] = rec["executed_flops"] / rec["run_steps"]
     return out
 
 
@@ -140,8 +148,13 @@ import jax, jax.numpy as jnp
 from phasejax.tasks.histogram.counting import COUNTING_CONFIGS, counting_run
 from phasejax.tasks.histogram.data import HistogramTask
 s = json.loads(sys.argv[1])
-def best(fn, *a):
+programs = {}
+def best(fn, *a, name=None):
     c = jax.jit(fn).lower(*a).compile()
+    if name:
+        m = c.memory_analysis()
+        programs[name] = dict(hlo_lines=len(c.as_text().splitlines()),
+                              temp_bytes=int(getattr(m, "temp_size_in_bytes", 0) or 0) if m is not None else None)
     jax.block_until_ready(c(*a)); b = 1e9
     for _ in range(s["repeats"]):
         t0 = time.perf_counter(); jax.block_until_ready(c(*a)); b = min(b, time.perf_counter() - t0)
@@ -161,7 +174,8 @@ for name in s["configs"]:
     cfg = COUNTING_CONFIGS[name]
     task = make(False)
     kw = dict(task=task, cfg=cfg, steps=steps, batch_size=B, n_test=32)
-    out["cell"]["seconds"] += best(jax.vmap(lambda x: counting_run(x, d, p, d_max=d, p_max=p, **kw)), jnp.arange(R))
+    out["cell"]["seconds"] += best(jax.vmap(lambda x: counting_run(x, d, p, d_max=d, p_max=p, **kw)), jnp.arange(R),
+                                   name=name)
     out["cell"]["run_steps"] += R * steps
     dm, pm = max(s["preset_ds"]), max(s["preset_ps"])
     f = jax.vmap(lambda x, dd, pp: counting_run(x, dd, pp, d_max=dm, p_max=pm, **kw))
@@ -169,6 +183,7 @@ for name in s["configs"]:
     out["preset"]["seconds"] += calls * t
     out["preset"]["run_steps"] += len(ds) * steps
     out["preset"]["calls"] += calls
+out["cell"]["programs"] = programs
 print(json.dumps(out))
 """
 

@@ -48,9 +48,10 @@ def _edges(values: np.ndarray) -> np.ndarray:
 
 
 def plot_maps(runs: CountingRuns, path: str, stat: str, *, T: int, title: str, majority: float | None = None,
-              numbers: bool | None = None) -> str:
+              numbers: bool | None = None, reference: dict | None = None) -> str:
     """The best (`stat="best"`) or mean (`stat="mean"`) accuracy maps of `runs` in the paper's layout (module
-    docstring); `numbers` prints each cell's percentage (default: for grids of at most 8 x 8)."""
+    docstring); `numbers` prints each cell's percentage (default: for grids of at most 8 x 8); `reference`
+    (`{config: {(d, p): value}}`, e.g. the published maps) adds its value under ours, in parentheses."""
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
@@ -72,8 +73,8 @@ def plot_maps(runs: CountingRuns, path: str, stat: str, *, T: int, title: str, m
         mesh = ax.pcolormesh(_edges(cells["ps"]), _edges(cells["ds"]), grid, cmap="Spectral", norm=norm)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.axvline(T, color="w", lw=1.2)
-        ax.axhline(T, color="w", lw=1.2)
+        ax.axvline(T, color="w", lw=0.8)
+        ax.axhline(T, color="w", lw=0.8)
         show = numbers if numbers is not None else len(cells["ds"]) <= 8 and len(cells["ps"]) <= 8
         for i, dv in enumerate(cells["ds"]):
             for j, pv in enumerate(cells["ps"]):
@@ -82,8 +83,12 @@ def plot_maps(runs: CountingRuns, path: str, stat: str, *, T: int, title: str, m
                 elif stat == "mean" and cells["best"][i, j] >= 0.99:
                     ax.scatter([pv], [dv * (1.22 if show else 1.0)], marker=".", s=14, c="w", zorder=3)
                 if show and np.isfinite(grid[i, j]):
-                    ax.text(pv, dv / (1.1 if stat == "mean" else 1.0), f"{np.floor(10 * grid[i, j]) / 10:.1f}"
-                            if grid[i, j] < 100 else "100", ha="center", va="center", fontsize=5.5, color="k")
+                    text = f"{np.floor(10 * grid[i, j]) / 10:.1f}" if grid[i, j] < 100 else "100"
+                    ref = (reference or {}).get(name, {}).get((int(dv), int(pv)))
+                    if ref is not None:
+                        text += f"\n({100 * ref:.0f})"
+                    ax.text(pv, dv / (1.1 if stat == "mean" else 1.0), text, ha="center", va="center",
+                            fontsize=5.0 if ref is not None else 5.5, color="k", linespacing=0.9)
         ax.set_xticks(cells["ps"], [str(int(v)) for v in cells["ps"]], fontsize=7)
         ax.set_yticks(cells["ds"], [str(int(v)) for v in cells["ds"]], fontsize=7)
         ax.minorticks_off()
@@ -95,14 +100,25 @@ def plot_maps(runs: CountingRuns, path: str, stat: str, *, T: int, title: str, m
         axes[1, c].set_xlabel("hidden layer size $p$", fontsize=9)
     if mesh is not None:
         label = ("best out of the seeds and epochs, accuracy [%]" if stat == "best"
-                 else "mean over the seeds, final accuracy [%]\n*: some seed reached 100%, .: 99%")
+                 else "mean over the seeds, final accuracy [%]\nstar: a seed reached 100%, dot: 99% (best epoch)")
         cb = fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.55, label=label)
         if majority is not None:
             cb.ax.axhline(100 * majority, color="k", lw=1.0)
-            cb.ax.text(1.6, 100 * majority, f"majority\nclass {100 * majority:.0f}%", fontsize=7, va="center",
-                       transform=cb.ax.get_yaxis_transform())
-    fig.suptitle(title, fontsize=10)
+            cb.ax.text(-0.4, 100 * majority, f"majority\nclass {100 * majority:.0f}%", fontsize=7, va="center",
+                       ha="right", transform=cb.ax.get_yaxis_transform())
+    fig.suptitle(_wrap(title), fontsize=10)
     return save_figure(fig, path)
+
+
+def _wrap(title: str, width: int = 110) -> str:
+    """`title` broken into lines of at most about `width` characters, at its "; " separators."""
+    lines = [""]
+    for part in title.split("; "):
+        if lines[-1] and len(lines[-1]) + len(part) + 2 > width:
+            lines.append(part)
+        else:
+            lines[-1] = f"{lines[-1]}; {part}" if lines[-1] else part
+    return "\n".join(lines)
 
 
 def plot_proposition(runs: CountingRuns, path: str, *, d: int, title: str, majority: float | None = None,
@@ -128,8 +144,12 @@ def plot_proposition(runs: CountingRuns, path: str, *, d: int, title: str, major
         keep = np.asarray(sel["d"]) == d
         p, acc, best = (np.asarray(sel[k])[keep] for k in ("p", "accuracy", "best_accuracy"))
         ps = np.unique(p)
-        jitter = {s: 0.04 * (k - 2) for k, s in enumerate(np.unique(np.asarray(sel["seed"])[keep]))}
-        xs = np.array([v + jitter[s] for v, s in zip(p, np.asarray(sel["seed"])[keep])])
+        wide = ps.max() > 8 * ps.min()           # a log axis for a wide range of p
+        jitter = {s: 0.025 * (k - 2) for k, s in enumerate(np.unique(np.asarray(sel["seed"])[keep]))}
+        xs = np.array([v * (1 + jitter[s]) if wide else v + 1.6 * jitter[s]
+                       for v, s in zip(p, np.asarray(sel["seed"])[keep])])
+        if wide:
+            ax.set_xscale("log")
         ax.scatter(xs, 100 * acc, s=14, c="C0", label="each seed, final")
         ax.scatter(xs, 100 * best, s=22, facecolors="none", edgecolors="C1", label="each seed, best epoch")
         ax.plot(ps, [100 * np.mean(acc[p == v]) for v in ps], "C0-", lw=1.2, label="mean over seeds")
@@ -137,7 +157,8 @@ def plot_proposition(runs: CountingRuns, path: str, *, d: int, title: str, major
             pp, pb, pm = paper[name]
             ax.scatter(pp, 100 * np.asarray(pb), marker="x", c="C3", s=30, label="paper: best (read off)")
             ax.scatter(pp, 100 * np.asarray(pm), marker="+", c="C2", s=40, label="paper: mean (read off)")
-        ax.set_xticks(ps)
+        ax.set_xticks(ps, [str(int(v)) for v in ps])
+        ax.minorticks_off()
     for ax in axes[1]:
         ax.set_xlabel("hidden layer size $p$", fontsize=9)
     for ax in axes[:, 0]:
@@ -150,7 +171,7 @@ def plot_proposition(runs: CountingRuns, path: str, *, d: int, title: str, major
         handles.append(Line2D([], [], color="0.5", lw=0.8, ls=":"))
         labels.append(f"majority class ({100 * majority:.0f}%)")
     fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=7.5, frameon=False)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(_wrap(title), fontsize=10)
     return save_figure(fig, path)
 
 
@@ -197,5 +218,5 @@ def plot_loss_curves(runs: CountingRuns, path: str, *, title: str, color_by: str
 
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes.ravel().tolist(), shrink=0.55,
                  label=f"${color_by}$")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(_wrap(title), fontsize=10)
     return save_figure(fig, path)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PAPER_SIZES", "PUBLISHED_COLUMNS", "PANELS", "read_published_map"]
+__all__ = ["PAPER_SIZES", "PUBLISHED_COLUMNS", "PANELS", "COMPARISON_COLUMNS", "compare_with_published",
+           "published_lookup", "read_published_map"]
 
 PAPER_SIZES = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128)
 """The `d` and `p` of the paper's grid (its scripts `exps/run_approx_*.sh`)."""
@@ -84,3 +85,36 @@ def read_published_map(rgb: np.ndarray, sizes=PAPER_SIZES) -> dict[str, np.ndarr
                 grid[j, i] = levels[np.argmin(np.sum((palette - colour) ** 2, 1))]
         out[name] = grid
     return out
+
+
+COMPARISON_COLUMNS = ("config", "d", "p", "best", "paper_best", "mean", "paper_mean", "seeds")
+"""Columns of `comparison.csv`: per configuration and cell of a run that the paper's figures draw, our best and
+mean accuracy (`phasejax.tasks.histogram.figures.cell_table`) and the values read off the paper's."""
+
+
+def published_lookup(published: dict, stat: str) -> dict:
+    """`{config: {(d, p): value}}` of the column `stat` (`"best"` or `"mean"`) of a published-maps table."""
+    out: dict = {}
+    for name, d, p, v in zip(published["config"], published["d"], published["p"], published[stat]):
+        out.setdefault(str(name), {})[(int(d), int(p))] = float(v)
+    return out
+
+
+def compare_with_published(runs, published: dict) -> dict:
+    """`COMPARISON_COLUMNS` for every configuration of `runs` (`CountingRuns`) and every cell the published
+    table (`published_maps.csv`'s columns) has."""
+    from phasejax.tasks.histogram.figures import cell_table
+
+    best, mean = published_lookup(published, "best"), published_lookup(published, "mean")
+    rows = {k: [] for k in COMPARISON_COLUMNS}
+    for name in runs.names:
+        t = cell_table(runs.select(name))
+        for i, d in enumerate(t["ds"]):
+            for j, p in enumerate(t["ps"]):
+                key = (int(d), int(p))
+                if key not in best.get(name, {}):
+                    continue
+                for k, v in zip(COMPARISON_COLUMNS, (name, int(d), int(p), t["best"][i, j], best[name][key],
+                                                     t["mean"][i, j], mean[name][key], int(t["seeds"][i, j]))):
+                    rows[k].append(v)
+    return rows

@@ -23,7 +23,7 @@ import optax
 
 from phasejax.empirics.data import check_positive_int
 from phasejax.tasks._common import Array
-from phasejax.tasks.histogram.data import HistogramTask, histogram_labels, parts_from_bits, shuffle_parts
+from phasejax.tasks.histogram.data import HistogramTask, parts_from_bits, shuffle_parts
 from phasejax.tasks.histogram.model import INITS, init_counting_params, pad_params, slot_logits
 
 __all__ = ["CountingProtocol", "batch_loss", "batch_words", "slot_batch", "slot_batch_from_bits", "heldout_accuracy",
