@@ -149,9 +149,10 @@ def figures(runs, out: str, summary: dict, published: str | None = None) -> list
                    seeds)
     paths = []
     table = read_csv(published, PUBLISHED_COLUMNS) if published else None
+    loss_title = title
     if table is not None:
         paths.append(write_csv(os.path.join(out, "comparison.csv"), compare_with_published(runs, table)))
-        title += "; in parentheses: the paper's (500 epochs), read off its figure"
+        title += "; with the paper's values (500 epochs), read off its figures"
     ds, ps = np.unique(runs.runs["d"]), np.unique(runs.runs["p"])
     if len(ds) > 1 and len(ps) > 1:
         for stat in ("best", "mean"):
@@ -168,7 +169,8 @@ def figures(runs, out: str, summary: dict, published: str | None = None) -> list
                                       title=f"d = T = {T}, every seed: " + title))
     if runs.curves is not None:
         paths.append(plot_loss_curves(runs, os.path.join(out, "loss_curves.png"),
-                                      color_by="d" if len(ds) > 1 else "p", title="training loss per epoch: " + title))
+                                      color_by="d" if len(ds) > 1 else "p",
+                                      title="training loss per epoch: " + loss_title))
     return paths
 
 

@@ -208,6 +208,20 @@ def test_slot_batches_give_the_loss_and_accuracy_over_positions(law, name):
     assert float(jnp.max(jnp.abs(grad["E"][:, d:]))) == 0.0
 
 
+def test_every_configuration_is_scored_on_the_same_heldout_sequences():
+    from phasejax.tasks.histogram.train import heldout_set
+
+    protocol = CountingProtocol(n_test=200)
+    for law in ("composition", "uniform"):
+        task = HistogramTask(32, 10, law=law)
+        dot, lin = heldout_set(task, protocol, "dot"), heldout_set(task, protocol, "linear")
+        for b in range(200):           # the dot batch holds parts (token, size), the linear one positions
+            parts = sorted((int(t), int(w)) for t, w in zip(dot["tokens"][:, b], dot["weights"][:, b]) if w > 0)
+            seq = lin["tokens"][:, b].tolist()
+            assert parts == sorted((t, seq.count(t)) for t in set(seq)) if law == "composition" \
+                else dot["tokens"][:, b].tolist() == seq
+
+
 def test_dot_product_loss_does_not_depend_on_the_order_of_positions():
     """Why a part can stand for its positions: the literal model's loss on a sequence and on its shuffle."""
     task = HistogramTask(12, 7, bos=True)

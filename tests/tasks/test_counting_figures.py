@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from phasejax.tasks.histogram.counting import CountingRuns
-from phasejax.tasks.histogram.figures import cell_table, plot_maps
+from phasejax.tasks.histogram.figures import cell_table, plot_maps, still_learning
 from phasejax.tasks.histogram.published import PANELS, PAPER_SIZES, PUBLISHED_COLUMNS, read_published_map
 
 
@@ -86,3 +86,12 @@ def test_committed_published_maps_cover_the_drawn_grid():
         v = np.asarray(t[k], float)
         assert np.all((v >= 0) & (v <= 1))
     assert np.all(np.asarray(t["best"], float) >= np.asarray(t["mean"], float) - 0.03)   # best >= mean, read off
+
+
+def test_still_learning_counts_the_runs_whose_loss_still_falls():
+    epochs = np.arange(1, 17)
+    loss = {0: 1.0 / epochs, 1: np.full(16, 0.5)}            # seed 0 falls 13% over the last 2 epochs; 1 is flat
+    curves = dict(config=np.full(32, "dot"), d=np.full(32, 4), p=np.full(32, 2), seed=np.repeat([0, 1], 16),
+                  epoch=np.tile(epochs, 2), loss=np.concatenate([loss[0], loss[1]]))
+    assert still_learning(curves, "dot") == (0.5, 2)
+    assert still_learning(curves, "dot", drop=0.2) == (0.0, 2)

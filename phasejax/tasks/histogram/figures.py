@@ -175,10 +175,29 @@ def plot_proposition(runs: CountingRuns, path: str, *, d: int, title: str, major
     return save_figure(fig, path)
 
 
+def still_learning(curves: dict, name: str, tail: float = 0.125, drop: float = 0.05) -> tuple[float, int]:
+    """The fraction of the runs of configuration `name` whose training loss fell by more than `drop` (relative)
+    over the last `tail` of the recorded epochs of `curves` (`CURVE_COLUMNS`), and that span in epochs."""
+    c = {k: np.asarray(v) for k, v in curves.items()}
+    sel = c["config"] == name
+    epochs = np.unique(c["epoch"][sel])
+    last = epochs[-1]
+    ref = epochs[np.searchsorted(epochs, last - max(1, int(round(tail * last))))]
+
+    def loss_at(epoch):
+        m = sel & (c["epoch"] == epoch)
+        return {(d, p, s): v for d, p, s, v in zip(c["d"][m], c["p"][m], c["seed"][m], c["loss"][m])}
+
+    before, after = loss_at(ref), loss_at(last)
+    falls = np.array([(before[k] - after[k]) / after[k] > drop for k in after])
+    return float(np.mean(falls)), int(last - ref)
+
+
 def plot_loss_curves(runs: CountingRuns, path: str, *, title: str, color_by: str = "d") -> str:
     """Training loss per epoch (log scale) of every run, one panel per configuration in the paper's layout,
     coloured by `color_by` (`"d"` or `"p"`): whether the runs have finished learning is whether the curves
-    have flattened by the last epoch."""
+    have flattened by the last epoch; each panel says which fraction still fell by more than 5% over the last
+    eighth of the epochs (`still_learning`)."""
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
@@ -210,6 +229,10 @@ def plot_loss_curves(runs: CountingRuns, path: str, *, title: str, color_by: str
                     color=cmap(norm(key[0] if color_by == "d" else key[1])))
         ax.set_yscale("log")
         ax.grid(alpha=0.3, lw=0.4, which="both")
+        frac, span = still_learning(c, name)
+        ax.text(0.03, 0.03, f"{100 * frac:.0f}% of the runs: loss still\nfalling > 5% over the last {span} epochs",
+                transform=ax.transAxes, ha="left", va="bottom", fontsize=7,
+                bbox=dict(facecolor="w", alpha=0.8, lw=0))
     for ax in axes[1]:
         ax.set_xlabel("epoch (fresh sequences each)", fontsize=9)
     for ax in axes[:, 0]:

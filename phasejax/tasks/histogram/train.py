@@ -161,9 +161,12 @@ def slot_batch_from_bits(bits: Array, task: HistogramTask, mixing: str) -> dict:
 
 
 def heldout_set(task: HistogramTask, protocol: CountingProtocol, mixing: str) -> dict:
-    """The held-out sequences (`protocol.n_test`, from `protocol.test_seed`) as a slot batch (`slot_batch`); the
-    same sequences for every configuration of `task.law`."""
-    return slot_batch(jax.random.PRNGKey(protocol.test_seed), task, protocol.n_test, mixing)
+    """The held-out sequences (`protocol.n_test`, from `protocol.test_seed`) as a slot batch: the same sequences
+    for every configuration of `task.law` (the words of the linear mixing's batch, of which dot-product mixing
+    uses the parts' rows)."""
+    words = max(batch_words(task, "dot"), batch_words(task, "linear"))
+    bits = jax.random.bits(jax.random.PRNGKey(protocol.test_seed), (words, protocol.n_test), jnp.uint32)
+    return slot_batch_from_bits(bits[:batch_words(task, mixing)], task, mixing)
 
 
 def _slot_ce(logits: Array, labels: Array) -> Array:
