@@ -2,7 +2,7 @@
 Behrens, Biggio & Zdeborova ran them.
 
     phasejax counting                        # CPU preset: d in {2..64}, p in {1..32}, 5 seeds, the paper's
-                                             # protocol for 128 epochs (about an hour of 2 cores)
+                                             # protocol for 64 epochs (about an hour of 2 cores)
     phasejax counting --preset paper         # the paper's run (also --preset gpu): d, p in {1, 2, 3, 4, 6, ...,
                                              # 91, 128}, 5 seeds, 500 epochs of 10,000 fresh sequences (an
                                              # accelerator's job), into runs/counting/paper/
@@ -40,8 +40,8 @@ PAPER_SIZES = [1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128]
 
 PRESETS = {
     # the paper's subgrid at powers of 2, its law, model, optimiser and batch; epochs sized to an hour of 2 cores
-    "cpu": dict(ds=[2, 4, 8, 16, 32, 64], widths=[1, 2, 4, 8, 16, 32], seeds=5, epochs=128, grouping="d",
-                segment_epochs=16, curve_every=4, steps=None),
+    "cpu": dict(ds=[2, 4, 8, 16, 32, 64], widths=[1, 2, 4, 8, 16, 32], seeds=5, epochs=64, grouping="d",
+                segment_epochs=8, curve_every=1, steps=None),
     # the paper's run: 6 configurations x 196 cells x 5 seeds x 500 epochs; one program per configuration
     "gpu": dict(ds=PAPER_SIZES, widths=PAPER_SIZES, seeds=5, epochs=500, grouping="all", segment_epochs=25,
                 curve_every=5, steps=None),
@@ -74,7 +74,7 @@ def _unit(text: str) -> float:
 
 
 def add_arguments(ap) -> None:
-    flags.add_preset(ap, "cpu: d in {2..64}, p in {1..32} (powers of 2), 5 seeds, 128 epochs; paper (or gpu): the "
+    flags.add_preset(ap, "cpu: d in {2..64}, p in {1..32} (powers of 2), 5 seeds, 64 epochs; paper (or gpu): the "
                          "paper's 14 x 14 grid, 5 seeds, 500 epochs (an accelerator's job); proposition: d = 32, "
                          "p = 1..4, 5 seeds, 256 epochs", choices=tuple(PRESETS))
     ap.add_argument("--configs", nargs="+", type=_config_name, default=None,

@@ -216,12 +216,21 @@ def counting_throughput(*, quick: bool = False, baseline: str | None = None,
                         log: Callable[[str], None] = lambda line: None) -> dict:
     """The bench record of the counting training (see the module docstring): `present[law]["cell" | "preset"]`
     with seconds, run-steps, `run_steps_per_second`, `sequences_per_second`, `model_gflops_per_second`, and,
-    given `baseline`, `baseline` timed the same way and `speedup` (present over baseline, same law: uniform)."""
+    given `baseline`, `baseline` timed the same way before and after the present path (the faster kept;
+    both in `baseline_runs`) and `speedup` (present over baseline, same law: uniform)."""
     sizes = dict(QUICK_SIZES if quick else BENCH_SIZES)
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}
+    before = _baseline_path(plain, baseline) if baseline is not None else None
+    if before is not None:
+        log("counting: the baseline timed (before)")
     present = {law: _new_path(sizes, law, log) for law in ("composition", "uniform")}
-    record = dict(sizes={k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}, present=present)
+    record = dict(sizes=plain, present=present)
     if baseline is not None:
-        old = _baseline_path({k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}, baseline)
+        after = _baseline_path(plain, baseline)
+        # the baseline is timed before and after the present path; the faster of the two is kept (a drift of the
+        # machine's load then works against the present path's speedup, not for it)
+        old = {part: min(before[part], after[part], key=lambda r: r["seconds"]) for part in ("cell", "preset")}
+        record["baseline_runs"] = dict(before=before, after=after)
         commit = subprocess.run(["git", "-C", baseline, "rev-parse", "HEAD"], capture_output=True, text=True)
         record["baseline"] = dict(source=os.path.abspath(baseline), commit=commit.stdout.strip() or None, **old)
         record["speedup"] = {part: present["uniform"][part]["run_steps_per_second"]

@@ -104,8 +104,8 @@ def plot_maps(runs: CountingRuns, path: str, stat: str, *, T: int, title: str, m
         cb = fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.55, label=label)
         if majority is not None:
             cb.ax.axhline(100 * majority, color="k", lw=1.0)
-            cb.ax.text(-0.4, 100 * majority, f"majority\nclass {100 * majority:.0f}%", fontsize=7, va="center",
-                       ha="right", transform=cb.ax.get_yaxis_transform())
+            cb.ax.text(0.5, 100 * majority, f"{100 * majority:.0f}%: majority", fontsize=6, va="bottom",
+                       ha="center", rotation=90, color="k", transform=cb.ax.get_yaxis_transform())
     fig.suptitle(_wrap(title), fontsize=10)
     return save_figure(fig, path)
 
