@@ -75,8 +75,58 @@ def build_parser() -> argparse.ArgumentParser:
         for action in p._actions:      # every flag with a default shows it, also one without a help text
             if action.help is None and shows_default(action):
                 action.help = "(default: %(default)s)"
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _reads=getattr(mod, "reads", None))
     return parser
+
+
+def attach_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with `--flag -1,0` written `--flag=-1,0` where `--flag` takes one value and `-1,0` is not a flag:
+    argparse reads a value that starts with a dash as a flag (and says `expected one argument`), so the value
+    reaches the flag's own check and its message instead."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None or not argv or argv[0] not in sub.choices:
+        return argv
+    options = sub.choices[argv[0]]._option_string_actions
+    out, i = [argv[0]], 1
+    while i < len(argv):
+        a = argv[i]
+        action = options.get(a)
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if (action is not None and action.nargs is None and action.option_strings and nxt is not None
+                and nxt.startswith("-") and not nxt.startswith("--") and nxt not in options):
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def name_flags(message: str, parser: argparse.ArgumentParser, given) -> str:
+    """`message` (a library's `ValueError`, "log2_n must be <= 20, got 60") with the parameter it starts with
+    written as the flag the user gave for it (`--log2-n must be ...`)."""
+    from phasejax.commands._session import flag_name
+
+    head = message.split(" ", 1)[0]
+    if head in given and head.isidentifier():
+        return flag_name(parser, head) + message[len(head):]
+    return message
+
+
+def _topmost_missing(path) -> str | None:
+    """The outermost folder of `path` (a folder the command may create) that does not exist yet, or None."""
+    import os
+
+    if not isinstance(path, str) or not path.strip():
+        return None
+    path = os.path.abspath(path)
+    missing = None
+    while not os.path.exists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
 
 def error_line(exc: BaseException) -> tuple[int, str] | None:
@@ -150,31 +200,40 @@ def main(argv=None) -> int:
     import os
 
     from phasejax.commands import _session
-    from phasejax.commands.argtypes import (apply_host_devices, guard_output, guard_replot, output_identity,
-                                            remove_if_only_marker)
+    from phasejax.commands.argtypes import (RunError, UsageError, apply_host_devices, check_reads, guard_output,
+                                            guard_replot, output_identity, remove_if_only_marker)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("PHASEJAX_DEBUG", "0") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
+    argv = attach_dashed_values(parser, argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:      # named by the subcommand's parser, whose --help lists the flags it takes
         subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
-    claimed = None   # an output folder this call created: removed again if the run stops before writing to it
+    claimed = []     # folders this call created: removed again if the run stops before writing a file into them
     code = 1
+    sub, given = subparser(parser, args.command), {}
     try:
-        sub = subparser(parser, args.command)
-        given = _session.explicit_flags(sub, argv[argv.index(args.command) + 1:])
-        _session.refuse_unused(sub, args, given)
+        words = argv[argv.index(args.command) + 1:]
+        given = _session.explicit_flags(sub, words)
+        _session.refuse_unused(sub, args, given, _session.typed_flags(sub, words))
         args._given = frozenset(given)
         if getattr(args, "out", None) is None and hasattr(args, "_out_default"):
             args.out = args._out_default(args)
-        if getattr(args, "_guard_output", False) and args.out is not None:
-            if getattr(args, "replot", False):
-                guard_replot(args.out, args.overwrite, args.command)
-            else:
-                claimed = None if os.path.exists(args.out) else args.out
-                guard_output(args.out, args.overwrite, output_identity(args), command=args.command)
+        replot = getattr(args, "replot", False)
+        if replot and getattr(args, "out", None) is not None:
+            if getattr(args, "_guard_output", False):
+                guard_replot(args.out, args.overwrite, args.command)     # the folder exists and is the command's
+            _session.check_owner(parser, args)
+        if getattr(args, "_reads", None) is not None:
+            check_reads(args._reads(args))                          # every file read back, before any write
+        for path in (getattr(args, "out", None), getattr(args, "run_dir", None)):
+            top = _topmost_missing(path)
+            if top is not None:
+                claimed.append(top)
+        if getattr(args, "_guard_output", False) and args.out is not None and not replot:
+            guard_output(args.out, args.overwrite, output_identity(args), command=args.command)
         apply_host_devices(argv)
         _session.use_compilation_cache()
         notice = sys.stderr.isatty() and not getattr(args, "no_progress", False)
@@ -189,11 +248,14 @@ def main(argv=None) -> int:
         found = error_line(exc)
         if found is None:
             raise
+        if isinstance(exc, ValueError) and not isinstance(exc, (UsageError, RunError)):
+            found = (found[0], name_flags(found[1], sub, given))
         code = _report(args, found, debug)
         return code
     finally:
-        if claimed is not None and code != 0:
-            remove_if_only_marker(claimed)
+        if code != 0:
+            for folder in claimed:
+                remove_if_only_marker(folder)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Files: atomic writes, and CSV / JSON / NPZ tables (never pickle).
+"""Files: atomic writes, CSV / JSON / NPZ tables (never pickle), and the digest of the package's source.
 
 Every writer goes through `atomic_write_bytes`: the data land in a temporary
 file in the target folder, are flushed to disk, and replace the target with
@@ -11,6 +11,9 @@ integers, booleans as `0`/`1`, and leaves strings as they are; `read_csv`
 parses them back (numeric columns become `int64` or `float64`, empty cells
 `NaN`, anything else stays a string column).
 
+`source_digest` hashes every `*.py` file of the package (`tree_digest`): part of every run fingerprint
+(`phasejax.sweep`) and of every stored program's key (`phasejax.xla`).
+
 Example:
   >>> import numpy as np, tempfile, os
   >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
@@ -22,6 +25,8 @@ Example:
 from __future__ import annotations
 
 import csv
+import functools
+import hashlib
 import io as _stdlib_io
 import json
 import os
@@ -265,3 +270,80 @@ def _cell_is(kind: str, v: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """SHA-256 (16 hex digits) of the phasejax package's Python source (every `*.py` under the package, by
+    relative path and content), computed once per process.
+
+    Part of every run fingerprint next to the version: `phasejax.sweep.callable_identity` hashes a batch
+    function, its closures and the module functions it names, but not everything those call in turn, so an edit
+    of a deeper library function (a development checkout keeps its version number) would otherwise let a run
+    directory return results of the old code."""
+    return tree_digest(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tree_digest(root: str) -> str:
+    """SHA-256 (16 hex digits) of every `*.py` file under `root`, by relative path and content."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()[:16]
+
+
+def csv_header(path: str) -> list[str]:
+    """The column names of a CSV file (its first line only, so a large table costs nothing); `ValueError` naming the
+    file when it is empty, not text or not CSV."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), None)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a text file (byte {e.start} is not UTF-8); it is damaged or of another "
+                         "kind") from None
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a readable CSV ({e})") from None
+    if not header:
+        raise ValueError(f"{path} is empty (no header)")
+    return header
+
+
+def lacks(path: str, needs: Sequence[str]) -> list[str]:
+    """Which of `needs` the file `path` lacks: columns of a CSV file (`csv_header`; `"lambda|lam"`: either name), keys
+    of a JSON object (dotted for nested keys: `"config.sigma"`), arrays of an NPZ file; in the order of `needs`.
+    `ValueError` naming the file when it cannot be read as its suffix says.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.json")
+    >>> _ = atomic_write_json(path, {"config": {"sigma": 0.5}})
+    >>> lacks(path, ["config.sigma", "config.lam", "command"])
+    ['config.lam', 'command']
+    """
+    if path.endswith((".csv", ".npz")):
+        if path.endswith(".csv"):
+            have = set(csv_header(path))
+        else:
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    have = set(z.files)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+                raise ValueError(f"{path} is not a readable NPZ file") from None
+        return [k for k in needs if not any(name in have for name in k.split("|"))]
+    obj = read_json(path, kind=dict)
+    missing = []
+    for key in needs:
+        node = obj
+        for part in key.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is _ABSENT:
+            missing.append(key)
+    return missing
+
+
+_ABSENT = object()
+

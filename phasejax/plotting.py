@@ -65,9 +65,11 @@ MISSING_COLOUR = "0.75"
 """Colour of the phase map's cells without a value (`Delta e_t` is NaN: a branch has no converged fixed point)."""
 
 
-def plot_phase_map(pd, path: str) -> str:
+def plot_phase_map(pd, path: str, boundary=None) -> str:
     """`(alpha, omega)` map of `Delta e_t = e_sem - e_pos` with `alpha_c`, `alpha_l` (error bars), the spinodals,
     and the replicon line (where the global minimum's replica-symmetric fixed point turns unstable, hatched).
+    With `boundary` (a `phasejax.phase.PhaseBoundary`) the lines are its curves with their error bands, and the
+    grid's thresholds are drawn as markers beside them (a cross-check).
 
     The colour scale is symmetric-logarithmic around 0 (linear within the
     typical quadrature error), so the small `|Delta e_t|` of the positional
@@ -96,18 +98,24 @@ def plot_phase_map(pd, path: str) -> str:
     cb.set_label(r"$\Delta e_t = e_t^{\rm sem} - e_t^{\rm pos}$ (symlog)" "\n"
                  r"red: positional is the global minimum, blue: semantic")
     th = pd.thresholds
+    if boundary is not None:
+        draw_lines(ax, boundary)
     for key, style, label in (("alpha_c", dict(color="k", marker="o"), r"$\alpha_c(\omega)$: training losses cross"),
                               ("alpha_l", dict(color="g", marker="s", ls="--"),
                                r"$\alpha_l(\omega)$: attention beats linear")):
         x = np.asarray(th[key], float)
         xe = np.asarray(th.get(key + "_err", np.full_like(x, np.nan)), float)
         xe = np.where(np.isfinite(xe), xe, 0.0)
-        ax.errorbar(x, w, xerr=xe, ms=4, capsize=2, label=label + " (95% error bars)", **style)
+        if boundary is None:
+            ax.errorbar(x, w, xerr=xe, ms=4, capsize=2, label=label + " (95% error bars)", **style)
+        else:
+            ax.errorbar(x, w, xerr=xe, ms=3, capsize=1.5, ls="none", color=style["color"], marker=style["marker"],
+                        mfc="white", label="grid's " + key + " (cross-check)")
     for key, style, label in (("spinodal_positional", dict(color="C1", ls=":", marker="v"),
                                "positional branch unstable out of its subspace beyond"),
                               ("spinodal_semantic", dict(color="C0", ls=":", marker="^"),
                                "semantic branch unstable out of its subspace beyond")):
-        if key in th and np.any(np.isfinite(np.asarray(th[key], float))):
+        if boundary is None and key in th and np.any(np.isfinite(np.asarray(th[key], float))):
             ax.plot(np.asarray(th[key], float), w, ms=5, label=label, **style)
     multi = (np.asarray(pd.table.get("n_fixed_points_positional", 0)) > 1) | \
             (np.asarray(pd.table.get("n_fixed_points_semantic", 0)) > 1)
@@ -142,6 +150,48 @@ def plot_phase_map(pd, path: str) -> str:
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles + extra, labels + [h.get_label() for h in extra], loc="upper center",
               bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
+    return save_figure(fig, path)
+
+
+def draw_lines(ax, boundary, *, errors: bool = True) -> None:
+    """The lines of a `PhaseBoundary` on `ax` (`alpha` horizontal, `omega` vertical): `alpha_c` and `alpha_l` as
+    curves with their 95% error bands, the spinodals dotted."""
+    ln = boundary.lines
+    w = np.asarray(ln["omega"], float)
+    for key, colour, ls, label in (("alpha_c", "k", "-", r"$\alpha_c(\omega)$: training losses cross"),
+                                   ("alpha_l", "g", "--", r"$\alpha_l(\omega)$: attention beats linear")):
+        x = np.asarray(ln[key], float)
+        ax.plot(x, w, color=colour, ls=ls, lw=1.6, label=label + (" (95% band)" if errors else ""))
+        if errors:
+            e = np.asarray(ln[key + "_err"], float)
+            ax.fill_betweenx(w, x - e, x + e, color=colour, alpha=0.25, lw=0)
+    for key, colour, label in (("spinodal_positional", "C1", "positional branch unstable out of its subspace beyond"),
+                               ("spinodal_semantic", "C0", "semantic branch unstable out of its subspace beyond")):
+        x = np.asarray(ln[key], float)
+        if np.any(np.isfinite(x)):
+            ax.plot(x, w, color=colour, ls=":", lw=1.8, label=label)
+
+
+def plot_boundary(boundary, path: str) -> str:
+    """The lines of a `PhaseBoundary` alone, with their error bands, and their errors against omega."""
+    ln = boundary.lines
+    fig = Figure(figsize=(11, 4.4))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=(1.5, 1), wspace=0.28))
+    draw_lines(ax, boundary)
+    ax.set_xlabel(r"sample complexity $\alpha = n/d$")
+    ax.set_ylabel(r"positional share of the target $\omega$")
+    ax.legend(fontsize=7, loc="lower right")
+    w = np.asarray(ln["omega"], float)
+    for key, style in (("alpha_c", "k-o"), ("alpha_l", "g--s"), ("spinodal_positional", "C1:v")):
+        e = np.asarray(ln[key + "_err"], float)
+        if np.any(np.isfinite(e) & (e > 0)):
+            ax2.semilogy(w, e, style, ms=3, label=key)
+    ax2.set_xlabel(r"$\omega$")
+    ax2.set_ylabel("95% error of the line (in alpha)")
+    ax2.legend(fontsize=7)
+    cfg = boundary.config
+    fig.suptitle(rf"Tied attention, $L=2$: $\sigma={cfg['sigma'][0]:g}$, $\lambda={cfg['lam']:g}$: the lines solved "
+                 "directly", fontsize=9)
     return save_figure(fig, path)
 
 

@@ -18,6 +18,10 @@ the sweep sets it to the exact count. A compiled program that contains these hos
 JAX's persistent compilation cache, so a sweep with a bar recompiles in each new process (`--no-progress`,
 or output that is not a terminal, keeps the cache).
 
+When stderr is not a terminal (a batch job's log), the sweep prints `ChunkLines` instead: one plain line per
+finished chunk, with the chunks and tasks done, the time elapsed and an estimate of the rest, and nothing per
+step (the host knows between chunks what is done, at no cost to the compiled programs).
+
 >>> import jax, jax.numpy as jnp
 >>> from phasejax.progress import tick, tracking
 >>> tracking()          # no bar is active: tick compiles to nothing
@@ -30,12 +34,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ChunkProgress", "active", "share", "tick", "tick_batch", "tracking"]
+__all__ = ["ChunkLines", "ChunkProgress", "active", "bar_or_lines", "duration", "share", "tick", "tick_batch",
+           "tracking"]
 
 
 @dataclasses.dataclass
@@ -56,6 +63,89 @@ class ChunkProgress:
     def finish_chunk(self, done: float) -> None:
         """Set the bar to `done` tasks (the exact count once a chunk is on disk)."""
         self.bar.update(float(done) - float(self.bar.n))
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as `1h02m`, `4m05s` or `12s`.
+
+    >>> duration(3725), duration(245.2), duration(12.4)
+    ('1h02m', '4m05s', '12s')
+    """
+    s = int(round(max(float(seconds), 0.0)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class ChunkLines:
+    """Progress of a sweep as one plain line per finished chunk, for a log file (stderr not a terminal).
+
+    `chunks`: the task count of each chunk this process owns (those already on disk included); `todo`: the task
+    counts of the chunks it computes now, in order; `label`: what the sweep computes (its config's `kind`). Each
+    `finish_chunk` prints `phasejax: <label>: chunk 3 of 10 done (48 of 160 tasks), 1m05s elapsed, about 4m30s
+    left`; the estimate is the time per task of the chunks computed so far, times the tasks left.
+
+    >>> import io
+    >>> log = io.StringIO()
+    >>> lines = ChunkLines([4, 4, 2], [4, 2], label="demo", stream=log)
+    >>> _ = lines.finish_chunk(4), lines.finish_chunk(2)
+    >>> for line in log.getvalue().splitlines():
+    ...     print(line.split(",")[0])
+    phasejax: demo: chunk 2 of 3 done (8 of 10 tasks)
+    phasejax: demo: chunk 3 of 3 done (10 of 10 tasks)
+    """
+
+    def __init__(self, chunks, todo, *, label: str = "", stream=None, clock=time.perf_counter):
+        self.n_chunks, self.n_tasks = len(chunks), int(sum(chunks))
+        self.done_chunks = self.n_chunks - len(todo)
+        self.done_tasks = self.n_tasks - int(sum(todo))
+        self.computed = 0
+        self.label, self.stream, self.clock = label, stream, clock
+        self.start = clock()
+
+    def finish_chunk(self, tasks: int) -> str:
+        """Count a finished chunk of `tasks` tasks and print its line (flushed); returns the line."""
+        self.done_chunks += 1
+        self.done_tasks += int(tasks)
+        self.computed += int(tasks)
+        elapsed = self.clock() - self.start
+        left = self.n_tasks - self.done_tasks
+        rest = f", about {duration(elapsed / self.computed * left)} left" if left else ""
+        line = (f"phasejax: {self.label + ': ' if self.label else ''}chunk {self.done_chunks} of {self.n_chunks} done "
+                f"({self.done_tasks} of {self.n_tasks} tasks), {duration(elapsed)} elapsed{rest}")
+        print(line, file=self.stream if self.stream is not None else sys.stderr, flush=True)
+        return line
+
+    def update(self, n: int = 1) -> None:
+        """tqdm's `update`: `n` more tasks done, counted as one finished chunk."""
+        self.finish_chunk(n)
+
+    def close(self) -> None:
+        """tqdm's `close` (nothing to do)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def bar_or_lines(total: int, label: str, enabled: bool = True):
+    """Progress over `total` steps of a loop on the host (one step: a task of minutes): a tqdm bar when stderr is a
+    terminal, `ChunkLines` (one line per step) when it is not, nothing without `enabled`. Use as a context manager;
+    call `update(1)` after each step."""
+    from tqdm.auto import tqdm
+
+    if enabled and not _stderr_is_terminal():
+        return ChunkLines([1] * total, [1] * total, label=label)
+    return tqdm(total=total, desc=label, disable=None if enabled else True)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 _ACTIVE: list[ChunkProgress] = []

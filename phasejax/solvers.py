@@ -21,8 +21,14 @@ Example:
   ...     def step(self, a, x): return a * x
   ...     def terminate(self, a, x): return jnp.abs(x) < self.tol, jnp.asarray(Status.CONVERGED)
   >>> out = iterate(Shrink(), 0.5, Shrink().init(0.5, jnp.asarray(1.0)), max_steps=100)
-  >>> int(out.steps), status_name(out.status)
+  >>> int(out.steps), out.status_name
   (10, 'converged')
+
+Batched (`jax.vmap`), `status_name` is an array of names, one per lane:
+  >>> import jax
+  >>> batch = jax.vmap(lambda a: iterate(Shrink(), a, jnp.asarray(1.0), max_steps=12))(jnp.asarray([0.5, 0.9]))
+  >>> batch.status_name.tolist()
+  ['converged', 'max_iterations']
 """
 
 from __future__ import annotations
@@ -69,23 +75,34 @@ STATUS_NAMES = {int(s): s.name.lower() for s in Status if s is not Status.RUNNIN
 """`{code: name}` for the codes a routine can return."""
 
 
-def status_name(code) -> str:
-    """Lower-case name of a status code (`0 -> "converged"`); accepts ints and 0-d arrays."""
-    return Status(int(np.asarray(code))).name.lower()
+def status_name(code):
+    """Lower-case name of a status code (`0 -> "converged"`): a `str` for an int or a 0-d array, a numpy array of
+    names of the same shape for an array of codes (a batched result's statuses; `status_names`). Needs concrete
+    codes (not under `jit`)."""
+    codes = np.asarray(code)
+    if codes.ndim:
+        return status_names(codes)
+    return Status(int(codes)).name.lower()
 
 
 class HasStatus:
-    """For result types with a `status` field (a `Status` code): its name, `status_name`."""
+    """For result types with a `status` field (a `Status` code): its name, `status_name`.
+
+    Mixed into every result with a status (`SEResult`, `TrainResult`, `GAMPResult`, ...); a `NamedTuple`
+    result, which cannot take a base class, has the same property as `status_name = HasStatus.status_name`."""
 
     @property
-    def status_name(self) -> str:
-        """Name of the status of an unbatched result (`"converged"`, ...)."""
+    def status_name(self):
+        """Name of the status: a `str` for an unbatched result, a numpy array of names (the shape of `status`) for
+        a batched one (e.g. `jax.vmap`'s output), as `status_name`."""
         return status_name(self.status)
 
 
 def status_names(codes) -> np.ndarray:
-    """Vectorised `status_name` over an array of codes (for CSV columns)."""
-    return np.asarray([status_name(c) for c in np.asarray(codes).ravel()]).reshape(np.shape(codes))
+    """Vectorised `status_name` over an array of codes (for CSV columns): a numpy array of names, the shape of
+    `codes` (0-d for one code)."""
+    codes = np.asarray(codes)
+    return np.asarray([Status(int(c)).name.lower() for c in codes.ravel()]).reshape(codes.shape)
 
 
 def status_code(name: str) -> int:
@@ -131,6 +148,8 @@ class IterationResult(NamedTuple):
     state: Any
     steps: Array
     status: Array
+
+    status_name = HasStatus.status_name
 
 
 def iterate(solver: IterativeSolver, problem: Any, state: Any, *, max_steps: int, min_steps: int = 0,

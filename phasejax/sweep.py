@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import inspect
 import json
@@ -58,7 +57,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from phasejax import progress
 from phasejax._errors import RunError
-from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+from phasejax.io import atomic_save_npz, atomic_write_json, load_npz, read_json, source_digest
 
 Tasks = Mapping[str, np.ndarray]
 
@@ -80,8 +79,8 @@ class RunOptions:
       devices: devices to shard each chunk over (default: all local devices).
       process_index, process_count: this process and the number of processes
         of a multi-host run (`jax.process_index()`, `jax.process_count()`).
-      progress: show a progress bar over the tasks, with an ETA (tqdm, on stderr; only when stderr is a
-        terminal).
+      progress: show a progress bar over the tasks, with an ETA (tqdm, on stderr, when stderr is a terminal),
+        or, when it is not (a batch job's log), one line per finished chunk (`phasejax.progress.ChunkLines`).
       max_chunks: compute at most this many new chunks, then return `None`
         (for time-boxed jobs and tests).
     """
@@ -237,31 +236,6 @@ def canonical_config(config: Any) -> Any:
     return config
 
 
-@functools.lru_cache(maxsize=1)
-def source_digest() -> str:
-    """SHA-256 (16 hex digits) of the phasejax package's Python source (every `*.py` under the package, by
-    relative path and content), computed once per process.
-
-    Part of every run fingerprint next to the version: `callable_identity` hashes a batch function, its
-    closures and the module functions it names, but not everything those call in turn, so an edit of a
-    deeper library function (a development checkout keeps its version number) would otherwise let a run
-    directory return results of the old code."""
-    return tree_digest(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tree_digest(root: str) -> str:
-    """SHA-256 (16 hex digits) of every `*.py` file under `root`, by relative path and content."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-        for name in sorted(f for f in filenames if f.endswith(".py")):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
-            with open(path, "rb") as fh:
-                h.update(hashlib.sha256(fh.read()).digest())
-    return h.hexdigest()[:16]
-
-
 def config_fingerprint(config: Mapping, tasks: Tasks, version: str | None = None, source: str | None = None) -> str:
     """SHA-256 of the canonical JSON config, the task table, the library version and its source digest
     (`source_digest`)."""
@@ -414,6 +388,32 @@ def _check_run_dir(run_dir: str) -> None:
         raise ValueError("run_dir is empty; pass a folder (or None for a temporary one)")
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise ValueError(f"the run directory {run_dir} is a file, not a folder; pass a folder")
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise ValueError(f"the run directory {run_dir} holds files that are not a phasejax run's "
+                         f"({', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}); pass an empty or new folder")
+
+
+RUN_ENTRIES = ("config.json", "chunks")
+"""What a run directory holds (besides its lock files `.lock-<i>` and atomic writes' `.tmp-*` files)."""
+
+
+def foreign_entries(run_dir: str) -> list[str]:
+    """The entries of `run_dir` (relative paths) that no phasejax run wrote: anything but `RUN_ENTRIES`, lock and
+    temporary files, and sub-folders that are run directories themselves (a command's sweeps each have one). Empty
+    for a missing or empty folder and for a run directory."""
+    if not os.path.isdir(run_dir):
+        return []
+    out = []
+    for name in sorted(os.listdir(run_dir)):
+        path = os.path.join(run_dir, name)
+        if name in RUN_ENTRIES or name.startswith((".lock-", ".tmp-")):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            out += [os.path.join(name, e) for e in foreign_entries(path)]
+        else:
+            out.append(name)
+    return out
 
 
 def claim_run_dir(run_dir: str, record: Mapping) -> dict:
@@ -580,13 +580,16 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
     parts = {i: load_checked(i) for i in mine}
     todo = [i for i in mine if parts[i] is None]
     run = sharded(fn, devices, compiler_options, identity) if todo else None
-    bar = None
+    bar = lines = None
     if options.progress and todo and _interactive():
         from tqdm.auto import tqdm
 
         done = sum(len(chunk_ids(i)) for i in mine if i not in todo)
         bar = tqdm(total=sum(len(chunk_ids(i)) for i in todo), unit="task", dynamic_ncols=True,
                    desc=f"{n} tasks, {done} already done" if done else f"{n} tasks")
+    elif options.progress and todo:       # a log file: one line per chunk, no host calls in the compiled programs
+        lines = progress.ChunkLines([len(chunk_ids(i)) for i in mine], [len(chunk_ids(i)) for i in todo],
+                                    label=config.get("kind") if isinstance(config.get("kind"), str) else "")
     computed = 0
     # the bar also moves inside a chunk's call where the numerics report progress (phasejax.progress)
     tracker = progress.ChunkProgress(bar, lanes=padded) if bar is not None else None
@@ -602,6 +605,8 @@ def _run_chunked(fn: Callable[[dict], dict], tasks: Tasks, config: Mapping, opti
             finished += len(chunk_ids(i))
             if tracker is not None:
                 tracker.finish_chunk(finished)
+            if lines is not None:
+                lines.finish_chunk(len(chunk_ids(i)))
     if bar is not None:
         bar.close()
 

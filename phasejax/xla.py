@@ -216,7 +216,7 @@ def program_key(fun: Callable, static: dict, tree, avals, *, identity: str | Non
     (module docstring); `None` where one part has no stable text."""
     import jax
 
-    from phasejax.sweep import source_digest
+    from phasejax.io import source_digest
 
     parts = [_stable_repr(static), _tree_text(tree)]
     if any(p is None for p in parts):

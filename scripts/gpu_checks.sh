@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The accelerator checks in one run, each under its own time limit, every output kept under $OUT as it lands:
 #   env.txt          the device and versions
-#   gpu.json         `phasejax bench` (the record is rewritten after each figure)
+#   gpu.json         `phasejax bench` (the record is rewritten after each figure): the solves, a gradient against
+#                    its solve, a vmapped batch against a loop, the lines alone and the main job
 #   paper.json       the paper's 40 x 20 x 2 diagram as one `phasejax phase-diagram` call, twice with one new
 #                    persistent compilation cache: cold (compiles and stores), then warm (loads); seconds each
 #   paper.tgz        that diagram's output folder (points.csv, thresholds.csv, figures)
@@ -18,7 +19,8 @@ cat "$OUT/env.txt"
 
 echo "== bench"
 PHASEJAX_COMPILE_CACHE=0 timeout "$BENCH_S" $PY -m phasejax.cli bench --out "$OUT" --no-progress \
-  --parts program cold_solve cached_solve warm_point main_job paper_diagram > "$OUT/bench.log" 2>&1
+  --parts program cold_solve cached_solve warm_point gradient vmapped_batch lines main_job paper_diagram \
+  > "$OUT/bench.log" 2>&1
 echo "bench exit $?"; tail -3 "$OUT/bench.log"
 
 echo "== the paper's diagram, one call, cold then with the cache warm"

@@ -1,5 +1,5 @@
 """`phasejax bench`: the record it writes (a quick run of two figures), the refusal to overwrite, `--parts`
-validation, and the pure helpers of `phasejax.bench`."""
+validation, and the pure helpers of `phasejax.benchmarks`."""
 
 import json
 import math
@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from phasejax import bench
+from phasejax.benchmarks import record
+from phasejax.benchmarks.diagrams import main_job_settings, measured_rows
 
 
 def _positive(x) -> bool:
@@ -69,14 +71,15 @@ def test_a_missing_reference_script_is_an_error(tmp_path, run_cli):
 
 
 def test_helpers():
-    assert bench.device_name("cuda") == "gpu" and bench.device_name("tpu") == "tpu"
-    assert bench.measured_rows(20, 2).tolist() == [5, 15]
-    assert bench.measured_rows(3, 5).tolist() == [0, 1, 2]
-    assert bench.status_counts(np.array([[0, 0], [1, 0]])) == {"converged": 3, "max_iterations": 1}
-    s = bench.main_job_settings()
-    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (23, 11, 1, None)   # None: auto
+    assert record.device_name("cuda") == "gpu" and record.device_name("tpu") == "tpu"
+    assert measured_rows(20, 2).tolist() == [5, 15]
+    assert measured_rows(3, 5).tolist() == [0, 1, 2]
+    assert record.status_counts(np.array([[0, 0], [1, 0]])) == {"converged": 3, "max_iterations": 1}
+    s = main_job_settings()
+    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (9, 11, 1, None)   # None: auto
     assert set(bench.FIGURES) == {"program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job",
-                                  "paper_diagram", "training"}
+                                  "paper_diagram", "training", "gradient", "vmapped_batch", "lines",
+                                  "counting"}
 
 
 def test_the_record_so_far_is_handed_over_after_every_figure(monkeypatch):
@@ -113,7 +116,7 @@ def test_a_baseline_checkout_is_the_package_its_process_imports(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("MARK = 'baseline'\n")
     code = "import json, phasejax; print(json.dumps(dict(file=phasejax.__file__, mark=phasejax.MARK)))"
-    got = bench._fresh_process(code, source=str(tmp_path))
+    got = record.fresh_process(code, source=str(tmp_path))
     assert got["mark"] == "baseline" and got["file"].startswith(str(tmp_path))
-    here = bench._fresh_process("import json, phasejax; print(json.dumps(dict(file=phasejax.__file__)))")
-    assert here["file"].startswith(bench.repository_root())
+    here = record.fresh_process("import json, phasejax; print(json.dumps(dict(file=phasejax.__file__)))")
+    assert here["file"].startswith(record.repository_root())

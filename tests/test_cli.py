@@ -189,13 +189,18 @@ def test_the_commands_spell_the_libraries_names():
     assert train.INITS == INITS and train.STUDENTS == STUDENTS
 
 
-def test_ctrl_c_ends_a_long_compiled_call_within_seconds(tmp_path):
-    """Python sees Ctrl-C only when a compiled call returns; `prompt_interrupts` ends the process after its grace
-    period instead, with its message and exit code 130."""
+def _interrupt(tmp_path, body: str, wait_after_ready: float = 0.5) -> tuple[int, float, str]:
+    """Run `body` (indented into a `prompt_interrupts(..., grace=1.0)` block after it prints "ready") in a fresh
+    interpreter, send it SIGINT `wait_after_ready` seconds after "ready", and return `(exit code, seconds from the
+    signal to the exit, stderr)`. On a timeout the child's threads are dumped (faulthandler, SIGUSR1) into the
+    failure message."""
     import signal
+    import threading
     import time
 
     code = textwrap.dedent("""
+        import faulthandler, os, signal, sys, time
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         import jax, jax.numpy as jnp
         from phasejax.commands._session import prompt_interrupts
         grow = lambda c: (c[0] * 1.000000001, c[1] + 1.0)
@@ -203,21 +208,62 @@ def test_ctrl_c_ends_a_long_compiled_call_within_seconds(tmp_path):
         f.lower(1.0).compile()
         with prompt_interrupts("phasejax test: interrupted", grace=1.0):
             print("ready", flush=True)
-            f(1.0).block_until_ready()
-    """)
+    """) + textwrap.indent(textwrap.dedent(body), " " * 4)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)   # never a full pipe
+    reader.start()
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
+        assert proc.stdout.readline().strip() == "ready", "".join(err)
+        time.sleep(wait_after_ready)
         t0 = time.perf_counter()
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=60)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2.0)
+            proc.kill()
+            reader.join(timeout=10)
+            raise AssertionError("no exit within 60 s of SIGINT; the child's threads:\n" + "".join(err)[-6000:])
         took = time.perf_counter() - t0
     finally:
         proc.kill()
-    assert rc == 130 and took < 15, (rc, took)
-    assert "phasejax test: interrupted" in proc.stderr.read()
+    reader.join(timeout=10)
+    return rc, took, "".join(err)
+
+
+def test_ctrl_c_ends_a_long_compiled_call_within_seconds(tmp_path):
+    """Python sees Ctrl-C only when a compiled call returns; `prompt_interrupts` ends the process after its grace
+    period instead, with its message and exit code 130."""
+    rc, took, err = _interrupt(tmp_path, "f(1.0).block_until_ready()")
+    assert rc == 130 and took < 15, (rc, took, err[-3000:])
+    assert "phasejax test: interrupted" in err
+
+
+def test_ctrl_c_that_raises_keyboard_interrupt_in_python_ends_the_process_the_same_way(tmp_path):
+    """An interrupt that lands in Python code inside the block (before a program starts, say) raises
+    `KeyboardInterrupt`; leaving the block with it ends the process at once, with the same message and code (not
+    through the interpreter's shutdown, which would wait for programs in flight)."""
+    rc, took, err = _interrupt(tmp_path, "time.sleep(30)\nf(1.0).block_until_ready()")
+    assert rc == 130 and took < 15, (rc, took, err[-3000:])
+    assert "phasejax test: interrupted" in err and "Traceback" not in err
+
+
+def test_ctrl_c_whose_keyboard_interrupt_is_lost_still_ends_the_process(tmp_path):
+    """An interrupt whose `KeyboardInterrupt` never reaches the block (lost in a garbage-collection callback, as
+    JAX's can lose it) still ends the process: the watcher ends it after the grace period. Simulated by a
+    handler that swallows the interrupt while Python code keeps running."""
+    body = """
+        signal.signal(signal.SIGINT, lambda *_: None)
+        t_end = time.time() + 30
+        while time.time() < t_end:
+            sum(range(1000))
+    """
+    rc, took, err = _interrupt(tmp_path, body)
+    assert rc == 130 and took < 15, (rc, took, err[-3000:])
+    assert "phasejax test: interrupted" in err
 
 
 def test_a_line_while_the_first_program_compiles(tmp_path, monkeypatch, capsys):
@@ -309,3 +355,20 @@ def test_an_unwritable_out_is_one_line_before_computing_also_for_root(tmp_path, 
     assert code == 2 and stdout == ""
     assert err.strip() == (f"phasejax train: error: cannot write to --out {out} (Permission denied); pass a writable "
                            "--out folder"), err
+
+
+def test_a_chunked_command_with_stderr_in_a_file_writes_a_line_per_chunk(tmp_path):
+    """Run as a batch job (stderr to a file): one progress line per finished chunk, none per step."""
+    log = tmp_path / "job.err"
+    argv = ["train", "--d", "4", "--alphas", "0.5", "1", "--omegas", "0.3", "--seeds", "1", "--inits", "semantic",
+            "--max-steps", "2", "--n-test", "4", "--chunk-size", "1", "--out", str(tmp_path / "out")]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as err:
+        done = subprocess.run([sys.executable, "-m", "phasejax.cli", *argv], stdout=subprocess.PIPE, stderr=err,
+                              text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = log.read_text().splitlines()
+    progress = [ln for ln in lines if ln.startswith("phasejax: train_students: chunk ")]
+    assert [ln.split(",")[0] for ln in progress] == ["phasejax: train_students: chunk 1 of 2 done (1 of 2 tasks)",
+                                                      "phasejax: train_students: chunk 2 of 2 done (2 of 2 tasks)"]
+    assert "\r" not in log.read_text()                     # no bar redrawn into the log
+    assert done.returncode == 1 and lines[-1].startswith("phasejax train: error: none of the 2 runs converged")

@@ -116,3 +116,71 @@ def test_scaling_replot_summarises_runs_csv_against_se_json(tmp_path):
     assert main(["scaling", "--replot", "--overwrite", "--out", str(tmp_path)]) == 0
     table = read_csv(str(tmp_path / "summary.csv"))
     assert np.isnan(table["adj_mean"][(table["overlap"] == "m") & (table["d"] == 40)]).all()
+
+
+VERSION_KEYS = {"python", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "phasejax", "git_commit", "git_dirty"}
+
+
+class _FakeRuns:
+    """What `train_students` returns (no training)."""
+
+    def __init__(self):
+        self.runs = dict(alpha=np.ones(2), converged=np.ones(2, bool), status=np.zeros(2, int))
+
+    def write(self, out):
+        return []
+
+
+def test_a_summary_records_the_command_and_the_versions_that_computed_it(tmp_path, run_cli, monkeypatch):
+    """One function (`flags.provenance`) records, beside the command line, the package versions."""
+    monkeypatch.setattr("phasejax.empirics.train_students", lambda *a, **k: _FakeRuns())
+    out = tmp_path / "out"
+    argv = ["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1", "--no-progress", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["phasejax", *argv])         # as the `phasejax` entry point runs it
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["command"].startswith("phasejax ") and set(summary["versions"]) == VERSION_KEYS
+    import jax
+    import scipy
+
+    assert summary["versions"]["jax"] == jax.__version__ and summary["versions"]["scipy"] == scipy.__version__
+
+
+def test_a_phase_diagram_summary_records_the_versions(tmp_path, run_cli, monkeypatch):
+    import os
+
+    from phasejax.phase import PhaseDiagram
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pd = PhaseDiagram.load(os.path.join(root, "results", "phase_diagram"))
+    monkeypatch.setattr("phasejax.phase.phase_diagram", lambda *a, **k: pd)
+    out = tmp_path / "pd"
+    argv = ["phase-diagram", "--n-alpha", "3", "--n-omega", "2", "--no-progress", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["phasejax", *argv])
+    code, _, err = run_cli(argv)
+    assert code in (0, 1), err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "--n-alpha 3" in summary["command"] and set(summary["versions"]) == VERSION_KEYS
+    assert PhaseDiagram.load(str(out)).versions == summary["versions"]
+
+
+def test_an_extension_replot_keeps_the_data_files_and_records_itself(tmp_path, run_cli, monkeypatch):
+    """A replot rewrites what it derives (thresholds, summary, figure), not runs.csv or theory.csv, keeps the
+    record of what computed the results and adds its own."""
+    import os
+    import shutil
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "rank2"
+    shutil.copytree(os.path.join(root, "results", "extensions", "rank2"), out)
+    data = {n: (out / n).read_bytes() for n in ("runs.csv", "theory.csv")}
+    argv = ["extension", "rank2", "--replot", "--out", str(out), "--overwrite", "--no-progress"]
+    monkeypatch.setattr("sys.argv", ["phasejax", *argv])
+    code, stdout, err = run_cli(argv)
+    assert code == 0, err
+    assert {n: (out / n).read_bytes() for n in data} == data
+    assert "runs.csv" not in stdout and "(cpu preset) replotted" in stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["replotted_by"]["command"].startswith("phasejax extension rank2 --replot")
+    assert set(summary["replotted_by"]["versions"]) == VERSION_KEYS and "versions" not in summary

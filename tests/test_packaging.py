@@ -88,3 +88,43 @@ def test_test_file_names_are_unique():
                 path = os.path.relpath(os.path.join(folder, name), ROOT)
                 assert name not in seen, f"{path} and {seen[name]} share a name"
                 seen[name] = path
+
+
+def _lock() -> dict[str, str]:
+    """`{normalised name: version}` of requirements/lock.txt."""
+    pins = {}
+    with open(os.path.join(ROOT, "requirements", "lock.txt")) as fh:
+        for line in fh:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, _, version = line.partition("==")
+                assert version, f"lock line without an exact version: {line!r}"
+                pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def _requirement_names(requirements) -> set[str]:
+    return {re.sub(r"[-_.]+", "-", re.match(r"^\s*([A-Za-z0-9_.\-]+)", r).group(1)).lower() for r in requirements}
+
+
+def test_the_lock_pins_every_declared_dependency_within_its_range():
+    """Every runtime, test and docs requirement has an exact pin, and each pin satisfies pyproject's floor."""
+    pins = _lock()
+    declared = _requirement_names(PROJECT["dependencies"] + PROJECT["optional-dependencies"]["test"]
+                                  + PROJECT["optional-dependencies"]["docs"])
+    assert declared - pins.keys() == set(), f"not pinned: {sorted(declared - pins.keys())}"
+    for name, floor in _floors().items():
+        pinned = tuple(int(x) for x in re.findall(r"\d+", pins[re.sub(r"[-_.]+", "-", name)])[:3])
+        assert pinned >= floor, f"{name} pinned at {pins[name]} below its floor {floor}"
+
+
+def test_both_readme_commands_install_the_locked_environment():
+    """scripts/test.sh and scripts/run_main.sh install with the lock as pip constraints (PHASEJAX_NEWEST=1: the
+    newest releases instead), and the README says how to regenerate it and how to test the newest releases."""
+    for script in ("test.sh", "run_main.sh"):
+        with open(os.path.join(ROOT, "scripts", script)) as fh:
+            text = fh.read()
+        assert "-c requirements/lock.txt" in text and "PHASEJAX_NEWEST" in text, script
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        readme = fh.read()
+    assert "scripts/lock.sh" in readme and "PHASEJAX_NEWEST=1" in readme

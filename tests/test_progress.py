@@ -72,3 +72,41 @@ def test_iterate_reports_a_fraction_per_step():
         steps = run(jnp.asarray([1.0, 10.0, 100.0]))
     # one report per loop step for the whole vmapped batch: (slowest lane's steps) / max_steps of each lane
     assert bar.n == pytest.approx(int(steps.max()) / 40 * 3, rel=1e-5)
+
+
+def test_a_log_file_gets_one_line_per_chunk_and_no_host_calls(tmp_path, capsys):
+    """stderr not a terminal (a batch job's log): one plain line per finished chunk, with the counts, the time
+    elapsed and an estimate of the rest; the compiled program has no progress callbacks (it stays cacheable)."""
+    traced = []
+
+    def fn(t):
+        traced.append(progress.tracking())
+        return jax.vmap(lambda x: _row({"x": x}))(t["x"])
+
+    tasks = {"x": np.arange(5.0)}
+    out = run_chunked(fn, tasks, {"kind": "rows"}, RunOptions(run_dir=str(tmp_path / "run"), chunk_size=2))
+    np.testing.assert_allclose(out["y"], 4 * tasks["x"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [ln.split(",")[0] for ln in lines] == [f"phasejax: rows: chunk {k} of 3 done ({n} of 5 tasks)"
+                                                   for k, n in ((1, 2), (2, 4), (3, 5))]
+    assert all("elapsed" in ln for ln in lines) and "left" in lines[0] and "left" not in lines[-1]
+    assert traced and not any(traced)
+    run_chunked(fn, tasks, {"kind": "rows"}, RunOptions(run_dir=str(tmp_path / "run"), chunk_size=2))
+    assert capsys.readouterr().err == ""                          # nothing left to compute: no line
+    run_chunked(fn, tasks, {"kind": "rows"}, RunOptions(run_dir=str(tmp_path / "other"), chunk_size=2,
+                                                        progress=False))
+    assert capsys.readouterr().err == ""                          # --no-progress: no line
+
+
+def test_chunk_lines_count_the_chunks_already_on_disk():
+    import io
+
+    log = io.StringIO()
+    now = [0.0]
+    lines = progress.ChunkLines([3, 3, 3, 1], [3, 1], label="", stream=log, clock=lambda: now[0])
+    now[0] = 30.0
+    assert lines.finish_chunk(3) == "phasejax: chunk 3 of 4 done (9 of 10 tasks), 30s elapsed, about 10s left"
+    now[0] = 40.0
+    assert lines.finish_chunk(1) == "phasejax: chunk 4 of 4 done (10 of 10 tasks), 40s elapsed"
+    assert log.getvalue().count("\n") == 2
+    assert progress.duration(3725) == "1h02m" and progress.duration(59.6) == "1m00s"

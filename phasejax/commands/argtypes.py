@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,29 @@ def _bounded(kind, ok, rule: str, doc: str):
     return parse
 
 
+def int_between(lo: int, hi: int):
+    """An argparse type: an integer in `[lo, hi]`, else a usage error naming the range."""
+    return _bounded(int, lambda v: lo <= v <= hi, f"must be an integer from {lo} to {hi}",
+                    f"An integer from {lo} to {hi}.")
+
+
+def float_list(text: str, *, ok=lambda v: True, rule: str = "numbers", flag: str = "") -> tuple[float, ...]:
+    """`"0,1,4"` as `(0.0, 1.0, 4.0)`: comma-separated finite numbers for which `ok` holds (`rule` says which),
+    each once; `argparse.ArgumentTypeError` with the parser's own message otherwise."""
+    parts = [v.strip() for v in text.split(",")]
+    try:
+        values = tuple(float(v) for v in parts)
+    except ValueError:
+        values = None
+    if not text.strip() or values is None or not all(math.isfinite(v) and ok(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated {rule} such as 0,1,4, got {text!r}")
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise argparse.ArgumentTypeError(f"repeats {', '.join(f'{v:g}' for v in dict.fromkeys(seen))}; give each "
+                                         "value once")
+    return values
+
+
 finite_float = _bounded(float, lambda v: True, "", "Any finite number (no nan, no inf).")
 positive_int = _bounded(int, lambda v: v >= 1, "must be a positive integer", "An integer >= 1.")
 nonnegative_int = _bounded(int, lambda v: v >= 0, "must be a non-negative integer", "An integer >= 0.")
@@ -41,15 +65,29 @@ open_unit_interval = _bounded(float, lambda v: 0.0 < v < 1.0, "must lie in the o
 
 
 def run_dir_from(args, out: str | None = None) -> str | None:
-    """The run directory `--run-dir` names (default `<out>/run`); `UsageError` naming the flag for an empty name or
-    a path that is a file."""
+    """The run directory `--run-dir` names (default `<out>/run`); `UsageError` naming the flag for an empty name, a
+    path that is a file, and a folder that is neither empty nor a phasejax run directory (`guard_run_dir`)."""
     if args.run_dir is not None:
         if not args.run_dir.strip():
             raise UsageError("--run-dir is empty; pass a folder (or leave --run-dir out: <out>/run)")
-        if os.path.exists(args.run_dir) and not os.path.isdir(args.run_dir):
-            raise UsageError(f"--run-dir {args.run_dir} is a file, not a folder; pass a folder")
-        return args.run_dir
-    return os.path.join(out, "run") if out else None
+        return guard_run_dir(args.run_dir)
+    return guard_run_dir(os.path.join(out, "run")) if out else None
+
+
+def guard_run_dir(path: str, flag: str = "--run-dir") -> str:
+    """Refuse, before anything is written there, a run directory that is a file or a folder holding files that are
+    not a phasejax run's (`phasejax.sweep.foreign_entries`: a user's folder); an empty or new folder, or one of
+    runs (resumed), is accepted. Returns `path`."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path} is a file, not a folder; pass a folder")
+    from phasejax.sweep import foreign_entries
+
+    foreign = foreign_entries(path)
+    if foreign:
+        listed = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        raise UsageError(f"{flag} {path} holds files that are not a phasejax run's ({listed}); pass an empty or new "
+                         f"folder to {flag}, or the run directory of this command to resume it")
+    return path
 
 
 def run_options_from(args, out: str | None = None):
@@ -248,6 +286,52 @@ def guard_output_files(out: str, overwrite: bool, names, *, flag: str = "--out")
     if not os.access(out, os.W_OK):
         raise UsageError(f"cannot write to {flag} {out}; pass a writable {flag}")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """A file a command reads back, declared by the command (its `reads(args)`) and checked by the command line
+    before any compute or write (`check_reads`).
+
+    Attributes:
+      path: the file.
+      needs: what the command reads of it: columns of a CSV file, keys of a JSON object (dotted for nested keys),
+        arrays of an NPZ file.
+      flag: the flag that names its folder (or the file), as the user types it: `--out`, `--rs-dir`.
+      reader: who reads it, for the message: `--replot`, `rsb`.
+      fix: what to do when it is missing or lacks something.
+      optional: a file that may be absent (what it holds is checked when it is there).
+    """
+
+    path: str
+    needs: tuple = ()
+    flag: str = "--out"
+    reader: str = "--replot"
+    fix: str = "pass the --out that holds the command's results, or run without --replot to compute them"
+    optional: bool = False
+
+
+def check_reads(reads) -> None:
+    """Check every `Reads` of `reads` before any compute or write: a missing file (not `optional`) and a missing
+    column, key or array are `UsageError`s naming the flag, the file and what it lacks, in one line."""
+    from phasejax.io import lacks
+
+    for r in reads:
+        if not os.path.isfile(r.path):
+            if r.optional and not os.path.exists(r.path):
+                continue
+            folder = os.path.dirname(r.path) or "."
+            raise UsageError(f"{r.flag} {folder} lacks {os.path.basename(r.path)}, which {r.reader} reads; {r.fix}")
+        try:
+            missing = lacks(r.path, tuple(r.needs))
+        except ValueError as e:
+            raise UsageError(f"{e} ({r.reader} reads it from {r.flag}); {r.fix}") from None
+        if missing:
+            what = {"csv": "column", "npz": "array"}.get(r.path.rsplit(".", 1)[-1], "key")
+            s = "s" if len(missing) > 1 else ""
+            missing = [m.replace("|", " (or ") + ")" if "|" in m else m for m in missing]
+            raise UsageError(f"{r.path} lacks the {what}{s} {', '.join(missing)}, which {r.reader} reads "
+                             f"({r.flag}); {r.fix}")
 
 
 def check_fits(need: float, what: str, shrink: str) -> None:

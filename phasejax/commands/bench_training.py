@@ -16,8 +16,8 @@
    stopped on its relative change of `Q`; steps, seconds and the risk reached.
 Writes a JSON record to --out (default runs/bench/training_<platform>.json; --out
 results/bench/training_cpu.json rewrites the committed one, with --overwrite). The measurement is
-`phasejax.bench.training_benchmark`; `phasejax bench --parts training` runs it at the preset's sizes beside
-the other figures.
+`phasejax.benchmarks.training.training_benchmark`; `phasejax bench --parts training` runs it at the preset's
+sizes beside the other figures.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def add_arguments(ap) -> None:
 def run(args) -> int:
     import jax
 
-    from phasejax.bench import TRAINING_PRESETS, training_benchmark
+    from phasejax.benchmarks.training import TRAINING_PRESETS, training_benchmark
 
     out = guard_output_file(args.out or os.path.join("runs", "bench", f"training_{jax.default_backend()}.json"),
                             args.overwrite)     # before any compute

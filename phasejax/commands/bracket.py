@@ -59,6 +59,7 @@ def add_arguments(ap) -> None:
     flags.add_sizes(ap, d="many", seeds=None)
     ap.add_argument("--datasets", type=positive_int, nargs="+", default=None,
                     help="data sets per alpha: one number for every d, or one per --ds (default: the preset's)")
+    flags.allow_repeats(ap, "datasets")          # counts, one per d: 16 16 is two sizes of 16 data sets
     ap.add_argument("--alphas", type=positive_float, nargs="+", default=ALPHAS, help="sample complexities n / d")
     flags.add_point(ap, omega=0.3)
     flags.add_model(ap)
@@ -75,13 +76,16 @@ def add_arguments(ap) -> None:
                          "holds alpha_c of the other one as a check)")
     ap.add_argument("--block-size", type=positive_int, default=8,
                     help="data sets per alpha in one resumable sweep")
-    ap.add_argument("--rs-dir", default=os.path.join("results", "phase_diagram"),
+    ap.add_argument("--rs-dir", default=None,
                     help="a phase-diagram folder (diagram.csv, thresholds.csv, summary.json) with the "
-                         "replica-symmetric Delta e_t and alpha_c to compare with")
+                         "replica-symmetric Delta e_t and alpha_c to compare with (default: the repository's "
+                         "results/phase_diagram, whatever the working directory)")
     flags.add_leave_out(ap, {"rs": "the replica-symmetric values of --rs-dir"})
+    flags.add_mode(ap, "with --no-rs", lambda args: args.no_rs, ignores=("rs_dir",),
+                   why="--no-rs leaves the replica-symmetric comparison out")
     flags.add_dtype(ap)
     flags.add_replot(ap, "only redo bracket.csv, bracket_summary.json and bracket.png from <out>/bracket_tasks.csv",
-                     uses=("degree", "estimator", "rs_dir", "no_rs"))
+                     uses=("degree", "estimator", "rs_dir", "no_rs"), summary=FILES[2])
     flags.add_output(ap, flags.default_out(NAME), guard=False,
                      help="output folder (created); it may hold other results: only the files "
                           + ", ".join(FILES) + " are written, an existing one only with --overwrite")
@@ -93,6 +97,29 @@ def add_arguments(ap) -> None:
 # ----------------------------------------------------------------------------
 
 TASK_KEYS = ("alpha", "omega", "lam", "d", "dataset", "restarts")
+
+RS_READS = {"diagram.csv": ("omega", "alpha", "delta_e", "delta_e_err"),
+            "thresholds.csv": ("omega", "alpha_c", "alpha_c_err"), "summary.json": ("config",)}
+"""What the command reads of the phase-diagram folder --rs-dir (`rs_reference`)."""
+
+
+def rs_dir_from(args) -> str:
+    """`--rs-dir`, by default the repository's results/phase_diagram (found next to the package)."""
+    return args.rs_dir if args.rs_dir is not None else flags.repository_results("phase_diagram")
+
+
+def reads(args) -> list:
+    """The files the command reads back: with `--replot`, bracket_tasks.csv (`TASK_KEYS`, `TASK_COLUMNS`) and
+    bracket_summary.json when there is one; unless `--no-rs`, the phase diagram of --rs-dir (`RS_READS`)."""
+    out = []
+    if args.replot:
+        from phasejax.empirics.bracket import TASK_COLUMNS
+
+        out += flags.replot_reads(args, {FILES[0]: TASK_KEYS + TASK_COLUMNS, FILES[2]: ()}, optional=(FILES[2],))
+    if not args.no_rs:
+        out += flags.rs_dir_reads(rs_dir_from(args), RS_READS, given=args.rs_dir is not None, reader=NAME,
+                                  alternative=", or --no-rs")
+    return out
 
 
 def write_tasks(rows: dict, path: str) -> str:
@@ -164,7 +191,7 @@ def rs_reference(rs_dir: str, omega: float, lam: float, sigma: float) -> dict | 
 def write_results(rows: dict, out: str, *, degree: int, estimator: str, rs: dict | None, meta: dict) -> list[str]:
     """bracket.csv, bracket_summary.json and bracket.png from the task rows (`meta`: how they were computed,
     under "run")."""
-    from phasejax.empirics.bracket import SUMMARY_COLUMNS, bracket_report
+    from phasejax.empirics.bracket_analysis import SUMMARY_COLUMNS, bracket_report
     from phasejax.io import atomic_write_json, write_csv
 
     table, report = bracket_report(rows, degree=degree, estimator=estimator)
@@ -307,7 +334,7 @@ def run(args) -> int:
         guard_output_files(args.out, args.overwrite, FILES[1:])
         rows = read_tasks(path)
         if not args.no_rs:
-            rs = rs_reference(args.rs_dir, float(rows["omega"][0]), float(rows["lam"][0]), _sigma_of(args.out))
+            rs = rs_reference(rs_dir_from(args), float(rows["omega"][0]), float(rows["lam"][0]), _sigma_of(args.out))
         flags.print_paths(write_results(rows, args.out, degree=args.degree, estimator=args.estimator, rs=rs,
                                         meta=dict(_previous_run(args.out), replotted_by=meta)))
         return 0
@@ -365,7 +392,7 @@ def run(args) -> int:
                 seconds_per_task={str(d): (t / n if n else None) for d, (t, n) in seconds.items()},
                 cpu_seconds_this_process=time.process_time() - c0)
     if not args.no_rs:
-        rs = rs_reference(args.rs_dir, args.omega, args.lam, args.sigma)
+        rs = rs_reference(rs_dir_from(args), args.omega, args.lam, args.sigma)
     paths += write_results(rows, args.out, degree=args.degree, estimator=args.estimator, rs=rs, meta=meta)
     flags.print_paths(paths)
     converged = np.concatenate([rows[f"n_converged_{b}"] for b in BRANCHES])

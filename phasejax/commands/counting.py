@@ -114,11 +114,27 @@ def add_arguments(ap) -> None:
     ap.add_argument("--published", default=None, metavar="CSV",
                     help="the paper's maps read off its figures (results/counting/published_maps.csv): print them "
                          "under ours in the maps and write comparison.csv")
-    flags.add_replot(ap, "only redraw the figures from <out>/runs.csv and curves.csv", uses=("preset", "published"))
+    flags.add_replot(ap, "only redraw the figures from <out>/runs.csv and curves.csv", uses=("published",))
     flags.add_output(ap, _default_out, help="output folder (default runs/counting, runs/counting/<preset> for the "
                                             "paper and proposition presets)")
     flags.add_run_options(ap, chunk_size=4096, chunk_help="runs per compiled program at most (a larger group is "
                                                           "split; the results do not change)")
+
+
+def reads(args) -> list:
+    """The files the command reads: `--published` (the paper's maps, `PUBLISHED_COLUMNS`) when given; with
+    `--replot`, runs.csv (`phasejax.tasks.histogram.CountingRuns`'s columns), curves.csv and summary.json when
+    they are there."""
+    from phasejax.commands.argtypes import Reads
+    from phasejax.tasks.histogram.counting import CURVE_COLUMNS, RUN_COLUMNS
+    from phasejax.tasks.histogram.published import PUBLISHED_COLUMNS
+
+    out = []
+    if args.published is not None:
+        out.append(Reads(args.published, tuple(PUBLISHED_COLUMNS), flag="--published", reader="counting",
+                         fix="pass the paper's maps as read off its figures (results/counting/published_maps.csv)"))
+    return out + flags.replot_reads(args, {"runs.csv": RUN_COLUMNS, "curves.csv": CURVE_COLUMNS, "summary.json": ()},
+                                    optional=("curves.csv", "summary.json"))
 
 
 def _default_out(args) -> str:

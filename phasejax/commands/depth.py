@@ -29,8 +29,9 @@ import dataclasses
 import os
 import time
 
-from phasejax.commands.argtypes import positive_int
-from phasejax.commands.flags import add_output, add_preset, add_progress, default_out, environment, print_paths
+from phasejax.commands.argtypes import float_list, nonnegative_int
+from phasejax.commands.flags import (add_mode, add_output, add_preset, add_progress, default_out, environment,
+                                     print_paths)
 
 NAME = "depth"
 HELP = "deep tied attention as a sequence multi-index model: per-layer thresholds vs skip, Bayes-optimal SE, AMP"
@@ -87,25 +88,23 @@ PRESETS = {
 }
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise ValueError(f"expected non-negative numbers, got {text!r}")
-    return values
+def skip_grid(text: str) -> tuple[float, ...]:
+    """`--skip-grid`: comma-separated finite skip strengths >= 0, each once (`argtypes.float_list`)."""
+    return float_list(text, ok=lambda v: v >= 0, rule="non-negative numbers")
 
 
 def add_arguments(ap) -> None:
     add_preset(ap, "cpu: 9 skips, thresholds to a Monte Carlo error of 0.0019, SE at skip 1, AMP d <= 2000; "
                    "gpu: error 0.001, SE at skips 0.5, 1, 2, AMP d <= 8000 (three layers: THREE_PRESETS)")
     ap.add_argument("--layers", type=int, choices=(2, 3), default=2, help="two or three attention layers")
-    ap.add_argument("--skip-grid", type=_floats, default=None,
-                    help="comma-separated skip strengths for the thresholds (default: the preset's)")
-    ap.add_argument("--seed", type=positive_int, default=1, help="seed of the Monte Carlo draws and of AMP")
+    ap.add_argument("--skip-grid", type=skip_grid, default=None, metavar="C1,C2,...",
+                    help="comma-separated skip strengths >= 0 for the thresholds, each once (three layers: > 0; "
+                         "default: the preset's)")
+    ap.add_argument("--seed", type=nonnegative_int, default=1, help="seed of the Monte Carlo draws and of AMP")
     ap.add_argument("--no-amp", action="store_true", help="skip the AMP runs")
     ap.add_argument("--no-study", action="store_true", help="skip the rule and estimator studies (two layers)")
+    add_mode(ap, "with --layers 3", lambda args: args.layers == 3, ignores=("no_study",),
+             why="the three-layer run has no rule or estimator studies")
     add_progress(ap)
     add_output(ap, default_out(NAME))
 
@@ -284,9 +283,9 @@ def run(args) -> int:
     if args.layers == 3:
         return run_three(args)
     import numpy as np
-    from tqdm import tqdm
 
     from phasejax.depth.plots import plot_amp, plot_convergence, plot_overlaps, plot_thresholds
+    from phasejax.progress import bar_or_lines
     from phasejax.io import atomic_write_json, write_csv
 
     preset = PRESETS[args.preset]
@@ -294,7 +293,7 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     paths, timings = [], {}
     t0 = time.perf_counter()
-    with tqdm(total=len(skips), desc="thresholds", disable=True if args.no_progress else None) as bar:
+    with bar_or_lines(len(skips), "thresholds", not args.no_progress) as bar:
         th, results = thresholds_table(skips, preset, args.seed, bar)
     timings["thresholds_s"] = time.perf_counter() - t0
     paths.append(write_csv(os.path.join(args.out, "thresholds.csv"), th))
@@ -545,19 +544,20 @@ def three_se_at_steps(preset: ThreePreset, amp: dict, seed: int) -> dict:
 def run_three(args) -> int:
     """`phasejax depth --layers 3`: thresholds.csv, se.csv, amp.csv, amp_rules.csv, thresholds.png, overlaps.png,
     amp_rules.png, summary.json."""
-    from tqdm import tqdm
-
     from phasejax.depth.plots import plot_amp_rules, plot_three_overlaps, plot_three_thresholds
+    from phasejax.progress import bar_or_lines
     from phasejax.io import atomic_write_json, write_csv
 
     preset = THREE_PRESETS[args.preset]
     skips = preset.skips if args.skip_grid is None else args.skip_grid
     if any(c <= 0 for c in skips):
-        raise ValueError("--skip-grid: three layers need skip strengths > 0")
+        from phasejax.commands.argtypes import UsageError
+
+        raise UsageError(f"--skip-grid {','.join(f'{c:g}' for c in skips)}: three layers need skip strengths > 0")
     os.makedirs(args.out, exist_ok=True)
     paths, timings = [], {}
     t0 = time.perf_counter()
-    with tqdm(total=len(skips), desc="thresholds", disable=True if args.no_progress else None) as bar:
+    with bar_or_lines(len(skips), "thresholds", not args.no_progress) as bar:
         th = three_thresholds_table(preset, skips, args.seed, bar)
     timings["thresholds_s"] = time.perf_counter() - t0
     paths.append(write_csv(os.path.join(args.out, "thresholds.csv"), th))

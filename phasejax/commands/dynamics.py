@@ -56,6 +56,32 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=24)
 
 
+REPLOT_READS = {
+    "ode.csv": ("omega", "t", "m", "e"),
+    "sgd_trajectories.csv": ("omega", "d", "t", "m", "e"),
+    "phase_diagram.csv": ("omega", "lr", "d", "fraction_positional", "escape_time", "loss_positional",
+                          "loss_semantic"),
+    "runs.csv": ("kind", "omega", "d", "mechanism", "escape_time", "escape_time_ode"),
+    "summary.json": ("lr", "lr_paper"),
+}
+"""The columns (keys) of the files `--replot` reads (`phasejax.dynamics.plots.plot_all`)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: those of `REPLOT_READS` with `--replot`."""
+    return flags.replot_reads(args, REPLOT_READS)
+
+
+def check_learning_rates(args) -> None:
+    """The ODE phase diagram compares two learning rates: `UsageError` when `--learning-rate-paper` equals
+    `--learning-rate`."""
+    from phasejax.commands.argtypes import UsageError
+
+    if args.learning_rate == args.learning_rate_paper:
+        raise UsageError(f"--learning-rate and --learning-rate-paper are both {args.learning_rate:g}: the ODE phase "
+                         "diagram compares two learning rates; pass two different ones")
+
+
 def _table(params, n_grid, order, path, progress=True):
     """The population table, cached in `path` (NPZ) keyed by its grid size and order (a bar per row of nodes with
     `progress`, on a terminal only)."""
@@ -109,6 +135,8 @@ def _sgd_sweep(params, tasks, d, n_steps, record_every, lr, options, name, m0=No
 
 
 def run(args) -> int:
+    if not args.replot:
+        check_learning_rates(args)
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -17,12 +17,12 @@ import os
 import time
 
 from phasejax.commands import flags
-from phasejax.commands.argtypes import UsageError, run_dir_from
+from phasejax.commands.argtypes import run_dir_from
 
 NAME = "extension"
-HELP = "untied / correlated / rank-2 / value / general-L / second-A extensions: theory and experiments"
+HELP = "untied / correlated / rank-2 / value / general-L / second-A / Huber-loss extensions: theory and experiments"
 
-EXTENSION_NAMES = ("untied", "correlated", "rank2", "value", "general_L", "second_A")
+EXTENSION_NAMES = ("untied", "correlated", "rank2", "value", "general_L", "second_A", "huber")
 """`phasejax.extensions.EXTENSIONS`, spelled here so that parsing the command line does not import JAX (a test
 checks that the two agree)."""
 
@@ -41,24 +41,92 @@ def add_arguments(ap) -> None:
                          "repository's results/phase_diagram/thresholds.csv)")
     flags.add_replot(ap, "no training or solving: read <out>'s theory.csv and runs.csv, derive the thresholds, summary "
                    "and extra tables again and redraw the figure (a theory.csv without the replicon columns gets "
-                   "them, about 2 s a row)", uses=("name", "preset", "tied_thresholds"))
+                   "them, about 2 s a row; the data files are not rewritten); the preset is the one the folder "
+                   "records", uses=("name", "tied_thresholds"), owner={"name": "extension"})
+    flags.add_mode(ap, f"with an extension other than {' or '.join(USES_TIED)}",
+                   lambda args: args.name not in USES_TIED, ignores=("tied_thresholds",),
+                   why=f"only {' and '.join(USES_TIED)} compare with the tied model's thresholds")
     flags.add_run_options(ap, chunk_size=None, multi_host=False,
                     chunk_help="tasks per compiled call of every sweep (default: each sweep's own)")
 
 
-def run(args) -> int:
-    from phasejax.extensions import USES_TIED, ExtensionRun, run_extension
+USES_TIED = ("untied", "second_A")
+"""`phasejax.extensions.USES_TIED`, spelled here so that parsing the command line does not import JAX."""
 
-    if args.tied_thresholds is not None and args.name not in USES_TIED:
-        raise UsageError(f"--tied-thresholds is used by {' and '.join(USES_TIED)} only, not {args.name}; drop it")
-    if args.replot and not os.path.exists(os.path.join(args.out, "runs.csv")):
-        raise UsageError(f"--replot needs {os.path.join(args.out, 'runs.csv')}; run the command first, or pass the "
-                         "--out that holds it")
+REPLOT_READS = {
+    "untied": {"theory.csv": ("alpha", "omega", "init", "converged", "q", "m", "theta", "train_loss",
+                              "train_loss_err", "test_error", "test_error_err", "energetic_loss", "global_min"),
+               "runs.csv": ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error"),
+               "thresholds.csv": ("alpha_c",)},
+    "rank2": {"theory.csv": ("alpha", "omega", "init", "branch", "converged", "train_loss", "train_loss_err",
+                             "test_error", "test_error_err", "energetic_loss", "global_min"),
+              "runs.csv": ("alpha", "omega", "seed", "init", "d", "train_loss", "test_error"),
+              "thresholds.csv": ("alpha_c",)},
+    "correlated": {"theory.csv": ("alpha", "omega", "rho", "branch", "mean_norm", "train_loss", "train_loss_err",
+                                  "test_error", "test_error_err", "cluster_gain", "cluster_gain_err"),
+                   "runs.csv": ("alpha", "rho", "seed", "init", "d", "m_cluster", "train_loss", "test_error"),
+                   "thresholds.csv": ("source", "d", "alpha_c")},
+    "value": {"theory.csv": ("alpha", "omega", "branch", "m", "theta", "train_loss", "test_error"),
+              "runs.csv": ("alpha", "omega", "seed", "init", "d", "model", "m", "theta", "train_loss", "test_error"),
+              "thresholds.csv": ("source", "model", "d", "omega", "alpha_c"),
+              "summary.json": ("omegas", "value_rank"),
+              "value_runs.json": ()},
+    "general_L": {"theory.csv": ("alpha", "omega", "sigma_setting", "branch", "status", "q", "m", "theta", "V",
+                                 "q_err", "m_err", "theta_err", "V_err", "train_loss", "train_loss_err", "test_error",
+                                 "test_error_err"),
+                  "runs.csv": ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error"),
+                  "thresholds.csv": ("alpha_c",)},
+    "second_A": {"theory.csv": ("alpha", "omega", "branch", "status", "q", "m", "theta", "V", "q_err", "m_err",
+                                "theta_err", "V_err", "train_loss", "train_loss_err", "test_error", "test_error_err"),
+                 "runs.csv": ("alpha", "omega", "seed", "init", "d", "q", "m", "theta", "train_loss", "test_error"),
+                 "thresholds.csv": ("omega", "alpha_c", "alpha_c_err", "alpha_l", "alpha_l_err"),
+                 "summary.json": ("train_omega",)},
+    "huber": {"theory.csv": ("loss", "alpha", "omega", "init", "branch", "status", "converged", "q", "m", "theta", "V",
+                             "q_err", "m_err", "theta_err", "V_err", "train_loss", "train_loss_err", "test_error",
+                             "test_error_err", "energetic_loss", "global_min"),
+              "runs.csv": ("loss", "alpha", "omega", "seed", "init", "d", "solution", "q", "m", "theta", "train_loss",
+                           "test_error"),
+              "thresholds.csv": ("alpha_c",),
+              "summary.json": ("delta", "train_omega")},
+}
+"""The columns (keys) of the files a `--replot` of each extension reads (its `finish`, `figures` and
+`phasejax.extensions.ExtensionResult.load`; the replicon columns of theory.csv are computed where absent)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: `REPLOT_READS[name]` and the summary with `--replot`, and the file of
+    `--tied-thresholds`."""
+    from phasejax.commands.argtypes import Reads
+
+    out = flags.replot_reads(args, {"summary.json": (), **REPLOT_READS[args.name]})
+    if args.tied_thresholds is not None:
+        out.append(Reads(args.tied_thresholds, ("omega", "alpha_c", "alpha_c_err"), flag="--tied-thresholds",
+                         reader=f"extension {args.name}", fix="pass the thresholds.csv of a phase diagram"))
+    return out
+
+
+def recorded_preset(out: str, default: str) -> str:
+    """The preset the results in `out` were computed with (their summary.json's), else `default`."""
+    from phasejax.io import read_json
+
+    try:
+        preset = read_json(os.path.join(out, "summary.json"), kind=dict).get("preset")
+    except (OSError, ValueError):
+        return default
+    return preset if isinstance(preset, str) else default
+
+
+def run(args) -> int:
+    from phasejax.extensions import ExtensionRun, run_extension
+
     start = time.time()
-    run = ExtensionRun(run_dir=run_dir_from(args, args.out), progress=not args.no_progress,
+    run = ExtensionRun(run_dir=None if args.replot else run_dir_from(args, args.out), progress=not args.no_progress,
                        chunk_size=args.chunk_size)
-    paths = run_extension(args.name, args.preset, args.out, run=run, tied_path=args.tied_thresholds,
-                          replot=args.replot, command=flags.command_line())
+    preset = recorded_preset(args.out, args.preset) if args.replot else args.preset
+    record = flags.provenance()
+    paths = run_extension(args.name, preset, args.out, run=run, tied_path=args.tied_thresholds,
+                          replot=args.replot, command=record["command"], versions=record["versions"])
     flags.print_paths(paths)
-    print(f"extension {args.name} ({args.preset} preset) done in {time.time() - start:.0f} s")
+    what = "replotted" if args.replot else "done"
+    print(f"extension {args.name} ({preset} preset) {what} in {time.time() - start:.0f} s")
     return 0

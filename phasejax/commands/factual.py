@@ -80,6 +80,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from phasejax.tasks.factual import factual_experiment
+    from phasejax.tasks.factual.figures import plot_factual_figures
 
     if not args.threshold <= 1.0:
         raise SystemExit(f"error: --threshold must lie in (0, 1], got {args.threshold}")
@@ -104,7 +105,7 @@ def run(args) -> int:
         return 0
     result.summary.update(preset=args.preset, wall_seconds=time.perf_counter() - t0,
                           cpu_seconds=time.process_time() - c0, **flags.environment())
-    paths = result.write(args.out) + result.plot(args.out)
+    paths = result.write(args.out) + plot_factual_figures(result, args.out)
     s = result.summary
     print(f"plateau loss {s['plateau_loss']:.4f} ± {s['plateau_loss_se'] or float('nan'):.4f} (s.e.) vs log|A_r| = "
           f"{s['log_A_r']:.4f}: relative error {100 * s['plateau_relative_error']:+.2f}% "

@@ -16,6 +16,7 @@ seeds, error bars: one standard deviation over seeds) and summary.json.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -40,6 +41,27 @@ def add_arguments(ap) -> None:
     flags.add_dtype(ap)
     flags.add_replot(ap, "only redraw fig2.png from <out>/runs.csv and <out>/theory/ (no training)")
     flags.add_sweep(ap, NAME, chunk_size=20)
+
+
+THEORY_READS = {
+    "theory/points.csv": ("omega", "alpha", "branch", "distinct", "is_branch", "status", "converged", "m", "theta",
+                          "train_loss", "test_error"),
+    "theory/diagram.csv": ("omega", "alpha", "delta_e", "eps_lin"),
+    "theory/thresholds.csv": ("omega", "alpha_c", "alpha_l"),
+    "theory/summary.json": ("config",),
+    "theory/grid.json": ("alphas", "omegas"),
+}
+"""What `--replot` reads of the phase diagram in `<out>/theory/` (`phasejax.phase.PhaseDiagram.load` and the figure)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: runs.csv (`phasejax.empirics.RUN_COLUMNS`) and
+    `THEORY_READS`."""
+    if not args.replot:
+        return []
+    from phasejax.empirics.sweep import RUN_COLUMNS
+
+    return flags.replot_reads(args, {"runs.csv": RUN_COLUMNS, **THEORY_READS})
 
 
 def run(args) -> int:
@@ -82,7 +104,7 @@ def run(args) -> int:
     if runs is None or theory is None:
         return flags.not_finished(options)
     paths = runs.write(args.out)
-    paths += theory.write(os.path.join(args.out, "theory"))
+    paths += dataclasses.replace(theory, **flags.provenance()).write(os.path.join(args.out, "theory"))
     paths.append(plot_training_vs_theory(runs.runs, theory, os.path.join(args.out, "fig2.png"), args.omega))
     r = runs.runs
     diff, diff_sd = paired_loss_difference(r, grid.alphas, args.omega)

@@ -5,9 +5,12 @@ and a singular name for one value, `--no-*` for a switch that leaves something o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from typing import Callable
 
+from phasejax.provenance import command_line, provenance  # noqa: F401 - the commands record both
 from phasejax.commands.argtypes import (
     finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int, unit_interval,
 )
@@ -168,12 +171,67 @@ def add_output(parser: argparse.ArgumentParser, default, *, help: str | None = N
         parser.set_defaults(_guard_output=True)
 
 
-def add_replot(parser: argparse.ArgumentParser, help: str, *, uses=()) -> None:
+# ----------------------------------------------------------------------------
+# Modes: which flags a way of running reads
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """A way a command runs, chosen by its flags, and the flags it reads then: `when(args)` says whether the
+    command line chose it; `uses` (dests) are the only flags it reads besides `ALWAYS_USED` (None: any), and
+    `ignores` the flags it never reads. `label` names the choice in the message (`"by --replot"`, `"with --layers
+    3"`), `why` says why the flags are not read, and `alternative` what else to do. The command line refuses a flag
+    given explicitly that the chosen mode does not read (`phasejax.commands._session.refuse_unused`)."""
+
+    label: str
+    when: Callable
+    uses: frozenset | None = None
+    ignores: frozenset = frozenset()
+    why: str = ""
+    alternative: str = ""
+
+    def unused(self, given) -> list[str]:
+        """The dests of `given` (flags the command line gave) that this mode does not read."""
+        if self.uses is not None:
+            return [d for d in given if d not in self.uses and d not in ALWAYS_USED and not d.startswith("_")]
+        return [d for d in given if d in self.ignores]
+
+
+ALWAYS_USED = frozenset({"out", "overwrite", "no_progress", "debug"})
+"""Flags every mode reads (where it writes, whether it may rewrite, progress, tracebacks)."""
+
+
+def add_mode(parser: argparse.ArgumentParser, label: str, when: Callable, *, uses=None, ignores=(), why: str = "",
+             alternative: str = "") -> None:
+    """Declare a `Mode` of the command: with `when(args)` true, a flag given explicitly that is not among `uses`
+    (when given) or is among `ignores` is refused with one line naming it."""
+    modes = tuple(parser.get_default("_modes") or ())
+    mode = Mode(label, when, None if uses is None else frozenset(uses), frozenset(ignores), why, alternative)
+    parser.set_defaults(_modes=modes + (mode,))
+
+
+def allow_repeats(parser: argparse.ArgumentParser, *dests: str) -> None:
+    """List flags (`dests`) whose values may repeat (counts per entry of another list, say); a repeated value in any
+    other list flag is refused (`phasejax.commands._session.refuse_unused`)."""
+    parser.set_defaults(_repeats=tuple(parser.get_default("_repeats") or ()) + dests)
+
+
+def add_replot(parser: argparse.ArgumentParser, help: str, *, uses=(), owner=(), summary: str = "summary.json") -> None:
     """`--replot`: redo figures and summaries from the files in `--out`, without computing. `uses` names the
     flags (dests) the replot reads besides `--out` and `--overwrite`; the command line refuses any other flag
-    given with `--replot` (`phasejax.commands._session.refuse_unused`)."""
+    given with `--replot` (`phasejax.commands._session.refuse_unused`). `owner`: flags (dests) whose value the
+    folder's results must have been computed with (the extension's name, say), read from its `summary` (the
+    command line it records; a dict `{dest: key}` also compares the summary's `key`, for summaries that record no
+    command line) or its output marker: a folder of another command or another value is refused, also with
+    `--overwrite` (`phasejax.commands._session.check_owner`)."""
     parser.add_argument("--replot", action="store_true", help=help)
-    parser.set_defaults(_replot_uses=tuple(uses))
+    owner = dict(owner) if isinstance(owner, dict) else dict.fromkeys(owner)
+    parser.set_defaults(_replot_owner=owner, _replot_summary=summary)
+    add_mode(parser, "by --replot", lambda args: bool(getattr(args, "replot", False)),
+             uses=set(uses) | {"replot"},
+             why="it redraws from the files in --out, with the settings they were computed with",
+             alternative=", or run without --replot to compute anew")
 
 
 
@@ -210,6 +268,38 @@ def add_progress(parser) -> None:
 
 
 
+def replot_reads(args, files, *, optional=()) -> list:
+    """The `phasejax.commands.argtypes.Reads` of the files a `--replot` reads from `--out` (none without
+    `--replot`): `files` maps each file's name (relative to `--out`) to the columns (CSV), keys (JSON) or arrays
+    (NPZ) it reads; the names in `optional` may be absent."""
+    from phasejax.commands.argtypes import Reads
+
+    if not getattr(args, "replot", False):
+        return []
+    return [Reads(os.path.join(args.out, name), tuple(needs), optional=name in optional)
+            for name, needs in files.items()]
+
+
+def rs_dir_reads(folder: str, files, *, given: bool, reader: str, alternative: str = "") -> list:
+    """The `phasejax.commands.argtypes.Reads` of the phase-diagram folder `--rs-dir` (`folder`): `files` maps each
+    file's name to what `reader` (the command) reads of it; `given`: whether the flag was given (a missing default
+    says how to pass one); `alternative`: another way out (`", or --no-rs"`)."""
+    from phasejax.commands.argtypes import Reads
+
+    fix = "pass a folder written by phasejax phase-diagram" if given else (
+        "pass --rs-dir with a folder written by phasejax phase-diagram (the default is the repository's "
+        "results/phase_diagram, which an installed package does not have)")
+    return [Reads(os.path.join(folder, name), tuple(needs), flag="--rs-dir", reader=reader, fix=fix + alternative)
+            for name, needs in files.items()]
+
+
+def repository_results(*parts: str) -> str:
+    """`results/<parts>` of the checkout the package runs from (found next to the package, whatever the working
+    directory): the default of a flag that reads committed results (`--rs-dir`)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "results", *parts)
+
+
 # ----------------------------------------------------------------------------
 # A command's run
 # ----------------------------------------------------------------------------
@@ -234,25 +324,15 @@ def sub_options(options, name: str):
 
 
 def environment() -> dict:
-    """Where a result was computed: platform, device kind, device count, jax and phasejax versions, command line."""
+    """Where and with what a result was computed: platform, device kind, device count, and `provenance()` (the
+    command line and the package versions; `jax` and `phasejax` also at the top, as older summaries have them).
+    Every summary a command writes holds it."""
     import jax
 
     from phasejax import __version__
 
     return dict(platform=jax.default_backend(), device=str(jax.devices()[0].device_kind),
-                n_devices=len(jax.devices()), jax=jax.__version__, phasejax=__version__,
-                command=command_line())
-
-
-def command_line() -> str:
-    """The command line of this process as a user would type it, shell-quoted (`shlex.join`: it can be pasted
-    back into a shell): `phasejax <args>` when run through the `phasejax` entry point or the CLI module, else the
-    program's file name and its arguments (no folder)."""
-    import shlex
-
-    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
-    head = "phasejax" if prog in ("phasejax", "cli.py", "__main__.py") else prog
-    return shlex.join([head, *sys.argv[1:]]) if head else shlex.join(sys.argv[1:])
+                n_devices=len(jax.devices()), jax=jax.__version__, phasejax=__version__, **provenance())
 
 
 FAILED_STATUSES = ("diverged", "invalid_iterate")

@@ -53,8 +53,28 @@ def add_arguments(ap) -> None:
                     help="Onsager term(s) to run")
     ap.add_argument("--tail", type=positive_int, default=20, help="iterations averaged for the tail statistics")
     flags.add_dtype(ap, default="float64")
-    flags.add_replot(ap, "only redraw gamp.png and summary.json from --out")
+    flags.add_replot(ap, "only redraw gamp.png and summary.json from --out (the SE reference is computed when "
+                         "se_reference.json is absent)")
     flags.add_sweep(ap, NAME, chunk_size=8)
+
+
+REPLOT_READS = {
+    "fixed_points.csv": ("d", "branch", "seed", "onsager", "damping", "C", "iterations", "status", "grad_norm", "q",
+                         "m", "theta", "q_tail_mean", "m_tail_mean", "theta_tail_mean", "residual_tail",
+                         "flip_fraction_tail", "flip_share_tail", "instability", "replicon", "replicon_err",
+                         "replicon_regular", "replicon_jump", "verdict"),
+    "trajectories.csv": ("d", "branch", "seed", "onsager", "iteration", "q", "m", "theta", "residual",
+                         "flip_fraction", "flip_share"),
+    "gamp_config.json": ("alpha", "omega", "lam"),
+    "se_reference.json": (),
+}
+"""The columns (keys) of the files `--replot` reads (`phasejax.empirics.gamp.GAMPSweep.load`, the summary and the
+figure); se_reference.json is computed when absent."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: those of `REPLOT_READS` with `--replot`."""
+    return flags.replot_reads(args, REPLOT_READS, optional=("se_reference.json",))
 
 
 def run(args) -> int:
@@ -86,7 +106,7 @@ def run(args) -> int:
     se = se_references(params, se_path)
     # per run: converged / unstable / diverged, the measured instability and the SE branch's replicon there
     sweep = sweep.with_verdicts({b: se[b] for b in BRANCHES})
-    paths = sweep.write(args.out)
+    paths = [] if args.replot else sweep.write(args.out)     # a replot rewrites the summary and figure, not the data
     summary = summarize_gamp_sweep(sweep, se)
     summary.update(se_reference=se, config=sweep.config, environment=flags.environment(),
                    runtime_s=time.perf_counter() - t0)

@@ -63,6 +63,21 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=20)
 
 
+REPLOT_READS = {
+    "two_solutions.csv": ("seed", "solution", "accuracy_masked", "accuracy_after", "weight_move_sgd",
+                          "distance_to_masked_solution", "same_token_mass_before", "same_token_mass_after",
+                          "input_dependence_before", "input_dependence_after", "chance"),
+    "attention.npz": ("tokens", "semantic_before", "semantic_after", "positional_before", "positional_after"),
+    "two_solutions.json": ("config",),
+}
+"""What `--replot` reads (`phasejax.tasks.histogram.TwoSolutions.load` and the figure)."""
+
+
+def reads(args) -> list:
+    """The files the command reads back: those of `REPLOT_READS` with `--replot`."""
+    return flags.replot_reads(args, REPLOT_READS)
+
+
 def _plot(result, out: str) -> str:
     from phasejax.plotting_experiments import plot_attention_matrices
 

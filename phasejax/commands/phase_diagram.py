@@ -1,6 +1,7 @@
 """Phase diagram of positional vs semantic tied attention: the library's main job.
 
-    phasejax phase-diagram                                # the main job: 23 x 11 points, into runs/phase_diagram
+    phasejax phase-diagram                                # the main job: the map on 9 x 11 points and the lines
+                                                          # at 51 omegas, into runs/phase_diagram
     phasejax phase-diagram --alpha-min 0.1 --n-alpha 40 --omega-max 0.95 --n-omega 20 --tracks 2 --out runs/paper
                                                           # the paper's full diagram, two census tracks
     phasejax phase-diagram --n-alpha 12 --n-omega 4 --out runs/quick    # a quick one
@@ -10,7 +11,9 @@ Writes to --out (default runs/phase_diagram; a folder holding another configurat
 unless --overwrite): points.csv (every fixed point found, with errors, stability, status), diagram.csv (per point:
 both branches, Delta e_t with its error, the global minimum, the linear baseline, gains, number of fixed
 points), thresholds.csv (omega, alpha_c, alpha_l with 95% errors and statuses, spinodals), summary.json,
-grid.json, phase_map.png and a slice plot. A killed run resumes from --run-dir. Every cell gets a verdict per
+grid.json, phase_map.png and a slice plot; and the lines solved directly (`phasejax boundary`) at --n-boundary
+omegas over the same range: boundary.csv (with the grid's thresholds as a cross-check column), boundary.json.
+A killed run resumes from --run-dir (the lines from its `boundary` folder). Every cell gets a verdict per
 subspace (converged; absent, with where the branch collapses onto its invariant plane; unresolved): the
 command exits 1 when any cell is unresolved.
 """
@@ -24,7 +27,7 @@ import time
 
 from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    RunError, UsageError, grid_range, positive_int, run_options_from, unit_interval, was_given,
+    RunError, UsageError, grid_range, nonnegative_int, positive_int, run_options_from, unit_interval, was_given,
 )
 
 NAME = "phase-diagram"
@@ -32,8 +35,10 @@ HELP = "the (alpha, omega) phase diagram with thresholds, error bars and spinoda
 
 
 def add_arguments(ap) -> None:
-    flags.add_range(ap, "alpha", 0.3, 2.5, 23)
+    flags.add_range(ap, "alpha", 0.3, 2.5, 9)
     flags.add_range(ap, "omega", 0.0, 0.5, 11, kind=unit_interval)
+    ap.add_argument("--n-boundary", type=nonnegative_int, default=51,
+                    help="omegas of the lines solved directly over the omega range (0: the grid's thresholds only)")
     flags.add_model(ap, A=True)
     ap.add_argument("--tracks", type=positive_int, default=1,
                     help="fixed-point tracks (census seeds) per subspace, followed along alpha")
@@ -144,11 +149,24 @@ def run(args) -> int:
     if pd is None:
         print("not every chunk is finished yet (other processes, or --max-chunks); run again to assemble")
         return 0
+    boundary = None
+    if args.n_boundary:
+        from phasejax.phase.boundary import BoundaryConfig, phase_boundary, with_grid
+
+        w_lines = np.linspace(args.omega_min, args.omega_max, args.n_boundary)
+        boundary = phase_boundary(params, w_lines, config=BoundaryConfig(alpha_min=args.alpha_min, alpha_max=max(
+            args.alpha_max, 3.0)), options=flags.sub_options(options, "boundary"))
+        if boundary is None:
+            return flags.not_finished(options)
+        boundary = dataclasses.replace(with_grid(boundary, pd.thresholds), **flags.provenance())
     elapsed = time.perf_counter() - t0
-    paths = dataclasses.replace(pd, command=flags.command_line()).write(args.out)
-    paths.append(plot_phase_map(pd, os.path.join(args.out, "phase_map.png")))
+    paths = dataclasses.replace(pd, **flags.provenance()).write(args.out)
+    if boundary is not None:
+        paths += boundary.write(args.out)
+    paths.append(plot_phase_map(pd, os.path.join(args.out, "phase_map.png"), boundary))
     paths.append(plot_omega_slice(pd, w_slice, os.path.join(args.out, f"slice_omega_{w_slice:g}.png")))
-    print(f"{len(grid.alphas)} x {len(grid.omegas)} points, 2 subspaces x {config.n_tracks} tracks, in {elapsed:.1f} s")
+    print(f"{len(grid.alphas)} x {len(grid.omegas)} points, 2 subspaces x {config.n_tracks} tracks"
+          + (f", and the lines at {args.n_boundary} omegas" if boundary is not None else "") + f", in {elapsed:.1f} s")
     th = pd.thresholds
     for i, om in enumerate(th["omega"]):
         print(f"omega={om:.3f}  alpha_c={th['alpha_c'][i]:.4f} +- {th['alpha_c_err'][i]:.4f} ({th['alpha_c_status'][i]})"

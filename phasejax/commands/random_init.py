@@ -39,6 +39,15 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=50)
 
 
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: runs.csv (`phasejax.empirics.RUN_COLUMNS`)."""
+    if not args.replot:
+        return []
+    from phasejax.empirics.sweep import RUN_COLUMNS
+
+    return flags.replot_reads(args, {"runs.csv": RUN_COLUMNS})
+
+
 def fractions(runs: dict, out: str) -> list[str]:
     """Per alpha: the fractions of runs ending in each of `SOLUTIONS`, 68% Wilson intervals of the positional
     and positional+semantic fractions, the run counts; writes fractions.csv and fractions.png into `out`."""

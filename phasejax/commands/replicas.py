@@ -64,7 +64,23 @@ def add_arguments(ap) -> None:
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="with --replot: first add the pairs of DIR/two_replicas.csv (other sizes or seeds; a pair "
                          "present twice is refused) to <out>/two_replicas.csv")
+    flags.add_mode(ap, "without --replot", lambda args: not args.replot, ignores=("merge",),
+                   why="it adds pairs to <out>/two_replicas.csv before a replot", alternative=", or add --replot")
     flags.add_sweep(ap, NAME, chunk_size=16)
+
+
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: `<out>/two_replicas.csv` and that of every `--merge`
+    folder (`phasejax.empirics.replicas.PAIR_COLUMNS`; `lambda` may be spelled `lam`, as older files do)."""
+    if not args.replot:
+        return []
+    from phasejax.commands.argtypes import Reads
+    from phasejax.empirics.replicas import PAIR_COLUMNS
+
+    columns = tuple("lambda|lam" if k == "lam" else k for k in PAIR_COLUMNS)
+    return flags.replot_reads(args, {"two_replicas.csv": columns}) + [
+        Reads(os.path.join(m, "two_replicas.csv"), columns, flag="--merge", fix="pass folders written by phasejax "
+              "replicas") for m in args.merge or ()]
 
 
 def write_pairs(pairs: dict, path: str) -> str:
@@ -161,7 +177,7 @@ def summarize(pairs: dict, out: str, *, se: dict | None, meta: dict) -> list[str
     that are not a minimum, totals) and the `FIGURES`."""
     import numpy as np
 
-    from phasejax.empirics.bracket import weighted_polyfit
+    from phasejax.empirics.bracket_analysis import weighted_polyfit
     from phasejax.empirics.replicas import (
         HESSIAN_SIGMAS, REPLICA_BRANCHES, hessian_verdict, summarize_pairs, summarize_points,
     )

@@ -32,13 +32,15 @@ from __future__ import annotations
 import os
 
 from phasejax.commands import flags
-from phasejax.commands.argtypes import (UsageError, guard_output_files, positive_float, positive_int, refuse_duplicates,
-                                        unit_interval)
+from phasejax.commands.argtypes import (UsageError, guard_output_files, int_between, positive_float, positive_int,
+                                        refuse_duplicates, unit_interval)
 
 NAME = "rsb"
 HELP = "one-step RSB at zero temperature: the positional branch's training loss, test error and alpha_c vs RS"
 
 OMEGAS = (0.0, 0.15, 0.3, 0.45)
+MAX_LOG2_N = 20
+"""The largest `--log2-n` (`phasejax.theory.rsb.attention_rule` takes at most 2**20 points per replica)."""
 FILES = ("rsb_points.csv", "rsb_thresholds.csv", "rsb_summary.json", "rsb.png")
 POINT_COLUMNS = ("omega", "alpha", "branch", "solution", "status", "iterations", "q0", "q0_err", "delta", "delta_err", "q1",
                  "q1_err", "V0", "V0_err", "m", "m_err", "y", "y_err", "phi", "phi_err", "e_t", "e_t_err", "sigma",
@@ -57,12 +59,14 @@ THRESHOLD_COLUMNS = ("omega", "alpha_lo", "alpha_hi", "e_positional_rs_lo", "e_p
 
 def add_arguments(ap) -> None:
     ap.add_argument("--omegas", type=unit_interval, nargs="+", default=list(OMEGAS), help="target mixes")
-    ap.add_argument("--rs-dir", default=os.path.join("results", "phase_diagram"),
+    ap.add_argument("--rs-dir", default=None,
                     help="the RS phase diagram (diagram.csv, points.csv, thresholds.csv, summary.json): its alpha "
-                         "grid, its converged e_t of both branches and the starts of the solves")
-    ap.add_argument("--log2-n", type=positive_int, default=9,
-                    help="Sobol points per replica of the outer rule over (xi, eta): 2**log2_n")
-    ap.add_argument("--replicas", type=positive_int, default=4, help="scrambled replicas of the outer rule (>= 2)")
+                         "grid, its converged e_t of both branches and the starts of the solves (default: the "
+                         "repository's results/phase_diagram, whatever the working directory)")
+    ap.add_argument("--log2-n", type=int_between(1, MAX_LOG2_N), default=9,
+                    help=f"Sobol points per replica of the outer rule over (xi, eta): 2**log2_n (at most {MAX_LOG2_N})")
+    ap.add_argument("--replicas", type=int_between(2, 64), default=4,
+                    help="scrambled replicas of the outer rule (2 to 64)")
     ap.add_argument("--inner-order", type=positive_int, default=3,
                     help="Gauss-Hermite nodes per token of the inner rule over z")
     ap.add_argument("--ys", type=positive_float, nargs="+", default=[30.0, 100.0, 1000.0],
@@ -78,19 +82,33 @@ def add_arguments(ap) -> None:
                           + ", ".join(FILES) + " are written, an existing one only with --overwrite")
 
 
+RS_READS = {
+    "diagram.csv": ("omega", "alpha", "delta_e", "e_positional", "e_positional_err", "e_semantic", "e_semantic_err",
+                    "replicon_jump_semantic"),
+    "points.csv": ("omega", "alpha", "branch", "is_branch", "q0_0", "m0_0", "V0_0", "theta0_0"),
+    "thresholds.csv": ("omega", "alpha_c", "alpha_c_err"),
+    "summary.json": ("config.sigma", "config.lam", "config.A"),
+}
+"""What the command reads of the phase-diagram folder --rs-dir."""
+
+
+def rs_dir_from(args) -> str:
+    """`--rs-dir`, by default the repository's results/phase_diagram (found next to the package)."""
+    return args.rs_dir if args.rs_dir is not None else flags.repository_results("phase_diagram")
+
+
+def reads(args) -> list:
+    """The files the command reads: the phase diagram of --rs-dir (`RS_READS`), checked before any compute."""
+    return flags.rs_dir_reads(rs_dir_from(args), RS_READS, given=args.rs_dir is not None, reader=NAME)
+
+
 def read_rs(rs_dir: str) -> dict:
-    """The RS diagram's tables and configuration; `UsageError` naming what is missing."""
+    """The RS diagram's tables and configuration (`RS_READS`, checked by the command line before the run)."""
     from phasejax.io import read_csv, read_json
 
     paths = {k: os.path.join(rs_dir, k + ext) for k, ext in
              (("diagram", ".csv"), ("points", ".csv"), ("thresholds", ".csv"), ("summary", ".json"))}
-    missing = [p for p in paths.values() if not os.path.exists(p)]
-    if missing:
-        raise UsageError(f"--rs-dir {rs_dir} lacks {', '.join(missing)}; pass a phase-diagram folder")
-    config = read_json(paths["summary"], kind=dict).get("config", {})
-    for key in ("sigma", "lam", "A"):
-        if key not in config:
-            raise UsageError(f"{paths['summary']} has no config.{key}")
+    config = read_json(paths["summary"], kind=dict)["config"]
     return dict(diagram=read_csv(paths["diagram"]), points=read_csv(paths["points"]),
                 thresholds=read_csv(paths["thresholds"]), config=config)
 
@@ -246,9 +264,7 @@ def run(args) -> int:
 
     refuse_duplicates(args.omegas, "--omegas")
     refuse_duplicates(args.ys, "--ys")
-    if args.replicas < 2:
-        raise UsageError(f"--replicas must be >= 2, got {args.replicas}")
-    rs = read_rs(args.rs_dir)
+    rs = read_rs(rs_dir_from(args))
     plan = [(omega,) + bracketing_alphas(rs, omega) for omega in args.omegas]     # refuse before any compute
     guard_output_files(args.out, args.overwrite, FILES)
     cfg = rs["config"]
@@ -345,7 +361,8 @@ def run(args) -> int:
               "alpha_c linear between the two alphas of the RS grid"),
         rule=dict(outer="scrambled Sobol over (xi, eta)", log2_n=args.log2_n, replicas=args.replicas,
                   inner="Gauss-Hermite over z", inner_order=args.inner_order),
-        starts=dict(ys=args.ys, delta0=args.delta0), semantic=bool(args.semantic), max_iter=args.max_iter, rs_dir=args.rs_dir, config=cfg,
+        starts=dict(ys=args.ys, delta0=args.delta0), semantic=bool(args.semantic), max_iter=args.max_iter,
+        rs_dir=rs_dir_from(args), config=cfg,
         thresholds=[{k: thresholds[k][i] for k in THRESHOLD_COLUMNS} for i in range(len(args.omegas))],
         bracket=bracket, seconds=round(time.time() - started, 1), run=dict(environment=flags.environment(),
                                                                            command=flags.command_line()))

@@ -39,6 +39,20 @@ def add_arguments(ap) -> None:
     flags.add_sweep(ap, NAME, chunk_size=20)
 
 
+SE_KEYS = ("alpha", "m", "theta")
+"""The keys of se.json that `--replot` reads."""
+
+
+def reads(args) -> list:
+    """The files the command reads back with `--replot`: runs.csv (`phasejax.empirics.RUN_COLUMNS`) and se.json
+    (`SE_KEYS`)."""
+    if not args.replot:
+        return []
+    from phasejax.empirics.sweep import RUN_COLUMNS
+
+    return flags.replot_reads(args, {"runs.csv": RUN_COLUMNS, "se.json": SE_KEYS})
+
+
 def summarize(runs: dict, se: dict, out: str, alpha: float) -> list[str]:
     """Per overlap (`m` from the positional init, `theta` from the semantic one) and `d`: mean, standard
     deviation and error over seeds, the distance to the SE value `se[key]`, and the same mean with the

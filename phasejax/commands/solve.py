@@ -16,15 +16,18 @@ import sys
 
 from phasejax.commands import flags
 from phasejax.commands.argtypes import (
-    UsageError, nonnegative_float, positive_float, positive_int, refuse_duplicates, unit_interval,
+    UsageError, int_between, nonnegative_float, positive_float, positive_int, refuse_duplicates, unit_interval,
 )
 
-MAX_NODES = 64
-"""The most Gauss-Hermite nodes per dimension `--nodes` accepts (the rule has nodes**(L (r + t)) points)."""
 MAX_QMC_LOG2 = 24
 """`--qmc` accepts at most 2**MAX_QMC_LOG2 points per replica."""
 MAX_POINTS = 10**7
 """The most quadrature points per replica of a rule (`--nodes` ** dimension, or `--qmc`)."""
+DIMENSION = 4
+"""The dimension of the rule of the command's problem (`L (r + t)` with two tokens, `r = t = 1`)."""
+MAX_NODES = max(n for n in range(1, 100) if n ** DIMENSION <= MAX_POINTS)
+"""The most Gauss-Hermite nodes per dimension `--nodes` accepts: 56, whose rule of 56^4 points stays within
+`MAX_POINTS`."""
 
 NAME = "solve"
 HELP = "state evolution at (alpha, omega) points, one JSON line each"
@@ -37,9 +40,10 @@ def add_arguments(ap) -> None:
     flags.add_hidden_alias(ap, "--omega", "omegas", type=unit_interval, nargs="+")
     ap.add_argument("--branch", choices=("positional", "semantic", "agnostic"), default="semantic",
                     help="the subspace solved in (agnostic: both order parameters free)")
-    ap.add_argument("--nodes", type=positive_int, default=None,
+    ap.add_argument("--nodes", type=int_between(1, MAX_NODES), default=None,
                     help="use tensor Gauss-Hermite with this many nodes per dimension (no error estimates) "
-                         "instead of the converged default rule; at most 64")
+                         f"instead of the converged default rule; at most {MAX_NODES} (a rule of {MAX_NODES}^"
+                         f"{DIMENSION} points)")
     ap.add_argument("--qmc", type=positive_int, default=None,
                     help="use scrambled Sobol with 4 replicas of this many points (rounded up to a power of 2, "
                          f"at most 2^{MAX_QMC_LOG2}) instead of the converged default rule")

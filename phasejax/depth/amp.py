@@ -12,7 +12,7 @@ The generalised AMP of a multi-index model with a Gaussian prior, per layer
 with `u_mu` read off the output `y_mu` (`sequence_index_from_output`). Its
 overlaps `m_l = |what_l . w_l| / d` follow the state evolution's `q_l` as `d`
 grows (the sign of each layer is not identifiable). The number of layers is the
-teacher's (`W (L, d)`); the rule is the state evolution's (`phasejax.depth.se.posterior_of`).
+teacher's (`W (L, d)`); the rule is the state evolution's (`phasejax.depth.posterior.posterior_of`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from flax import struct
 from phasejax.depth.model import model_output, sequence_index_from_output
 from phasejax.depth.se import inner_rule, needs_ridge, output_function
 from phasejax.precision import uses_float64
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import HasStatus, Status, iterate
 
 Array = jax.Array
 
@@ -83,7 +83,7 @@ class AMPState(NamedTuple):
 
 
 @struct.dataclass
-class AMPResult:
+class AMPResult(HasStatus):
     """`m (L,)`: `|what_l . w_l| / d`; `q (L,)`: `|what_l|^2 / d`; `teacher_norm (L,)`: `|w_l|^2 / d`, the bound of
     `m` (the state evolution's overlaps are in units of `E|w_l|^2 / d = 1`; at `d = 1000` the teacher's own norm is
     `1 +- 0.045`, which matters next to full recovery); `m_history (max_iterations, L)` (NaN past the end);

@@ -1,4 +1,4 @@
-"""Posterior of two layers' projections given the sequence index, by independent rules (docs/depth.md, section 2).
+"""Posterior of the layers' projections given the sequence index, by independent rules (docs/depth.md, sections 2, 7).
 
 For `T = 2` tokens the output reveals the sequence index `u (T,)` up to its sign, and
 `u = A(h) w` with `A(h) = c I + softmax(h h^T)` (`phasejax.depth.model.mixing_matrix`).
@@ -32,6 +32,16 @@ Three rules integrate over `h`:
 
 All three return `Posterior` (mean, second and fourth moments per layer, log evidence); the
 tests compare them against each other and against closed forms.
+
+Three layers (`posterior_three`, `ThreeRule`): given `z_1`, the last two layers are the two-layer problem in
+`h = P z_2`, `w = P z_3` with `P = A(z_1)`: `u = A(h) w`, `h ~ N(P omega_2, V_2 P P^T)`,
+`w ~ N(P omega_3, V_3 P P^T)`, and its evidence is the density of `+-u` given `z_1`. `posterior_three` integrates
+`z_1` with Gauss-Hermite around its prior and the inner problem with the mixture rule. `P` is invertible for
+`c > 0` (its eigenvalues are at least `c`); the rule needs `c > 0`, and it does not adapt to a posterior of `z_1`
+narrower than its prior (layers 2 and 3 learned while layer 1 is not), which limits it to the regimes the
+learning order visits (docs/depth.md, section 7).
+
+`posterior_of(rule)` picks the posterior function of a rule's model (two or three layers).
 """
 
 from __future__ import annotations
@@ -404,3 +414,58 @@ def shared_grid_posterior(u: Array, omega_b: Array, V_b, mu_a: Array, V_a, skip,
     fourth_b = jnp.sum(both * quad**2, -1)
     return Posterior(mean=jnp.stack([mean_a, mean_b], 1), second=jnp.stack([second_a, second_b], 1),
                      fourth=jnp.stack([fourth_a, fourth_b], 1), log_evidence=log_evidence)
+
+
+@struct.dataclass
+class ThreeRule:
+    """The three-layer rule: Gauss-Hermite `outer_nodes (K, 2)`, `outer_log_weights (K,)` for `z_1` around its prior,
+    and the mixture `inner` (`InnerRule`) for the last two layers given `z_1`."""
+
+    outer_nodes: Array
+    outer_log_weights: Array
+    inner: InnerRule
+
+    @property
+    def size(self) -> int:
+        return int(self.outer_nodes.shape[0]) * int(self.inner.nodes.shape[0])
+
+
+def three_rule(outer_order: int = 8, inner_order: int = 10) -> ThreeRule:
+    """`outer_order ** 2` nodes for `z_1` times the mixture of order `inner_order` (no strip: `c > 0`)."""
+    if isinstance(outer_order, bool) or int(outer_order) != outer_order or outer_order < 2:
+        raise ValueError(f"outer_order must be an integer >= 2, got {outer_order!r}")
+    q = gauss_hermite(2, int(outer_order))
+    return ThreeRule(outer_nodes=jnp.asarray(q.points), outer_log_weights=jnp.log(jnp.asarray(q.weights)),
+                     inner=inner_rule(inner_order, strip=False))
+
+
+def posterior_three(u: Array, omega: Array, V: Array, skip, rule: ThreeRule, ridge: bool = True) -> Posterior:
+    """Moments of `Z (3, T)` given `+-u`, `z_l ~ N(omega_l, V_l I)`: `u (T,)`, `omega (3, T)`, `V (3,)`.
+
+    Returns a `Posterior` whose fields have a leading axis of 3 (layers 1, 2, 3); `ridge` switches the inner
+    mixture's ridge components (`phasejax.depth.se.needs_ridge`)."""
+    z1 = omega[0] + jnp.sqrt(V[0]) * rule.outer_nodes  # (K, T)
+
+    def inner(z):
+        P = mixing_matrix(z, skip)
+        PPt = P @ P.T
+        return gaussian_posterior(u, P @ omega[1], V[1] * PPt, P @ omega[2], V[2] * PPt, skip, rule.inner,
+                                  inv2(P), ridge)
+
+    posts = jax.vmap(inner)(z1)
+    logw = rule.outer_log_weights + posts.log_evidence
+    logw = jnp.where(jnp.isfinite(logw), logw, -jnp.inf)
+    log_evidence = jax.scipy.special.logsumexp(logw)
+    p = jnp.exp(logw - log_evidence)
+    clean = lambda a: jnp.where(jnp.isfinite(a), a, 0.0)  # noqa: E731 - nodes of zero weight
+    mean = jnp.concatenate([(p @ z1)[None], jnp.einsum("k,kli->li", p, clean(posts.mean))])
+    second = jnp.concatenate([jnp.einsum("k,ki,kj->ij", p, z1, z1)[None],
+                              jnp.einsum("k,klij->lij", p, clean(posts.second))])
+    fourth = jnp.concatenate([(p @ jnp.sum(z1**2, -1) ** 2)[None], p @ clean(posts.fourth)])
+    return Posterior(mean=mean, second=second, fourth=fourth, log_evidence=log_evidence)
+
+
+def posterior_of(rule):
+    """The posterior function `(u, omega (L, T), V (L,), skip, rule, ridge) -> Posterior` for `rule`'s model: two
+    layers for an `InnerRule`, a `GridRule` or a `DiagonalRule`, three for a `ThreeRule`."""
+    return posterior_three if isinstance(rule, ThreeRule) else posterior

@@ -42,10 +42,11 @@ from phasejax.depth.posterior import (
     grid_rule,
     inner_rule,
     posterior,
+    posterior_of,
     shared_grid_posterior,
 )
 from phasejax.precision import uses_float64
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import HasStatus, Status, iterate
 
 Array = jax.Array
 
@@ -99,14 +100,6 @@ def needs_ridge(V: Array) -> Array:
     """Whether the posterior needs its mixture's ridge components at prior variances `V (L,)` (the last two
     layers' problem: the last layer's variance small against the one before)."""
     return V[-1] < RIDGE_RATIO * V[-2]
-
-
-def posterior_of(rule):
-    """The posterior function `(u, omega (L, T), V (L,), skip, rule, ridge) -> Posterior` for `rule`'s model: two
-    layers for an `InnerRule` or a `GridRule`, three for a `phasejax.depth.three.ThreeRule`."""
-    from phasejax.depth.three import ThreeRule, posterior_three
-
-    return posterior_three if isinstance(rule, ThreeRule) else posterior
 
 
 class Draws(NamedTuple):
@@ -172,7 +165,7 @@ def teacher_and_cavity(q: Array, skip, draws: Draws) -> tuple[Array, Array, Arra
 
 def outer_moments(q: Array, skip, draws: Draws, rule) -> Moments:
     """The per-sample quantities of the state evolution at overlaps `q (L,)` (teacher and cavity from `draws`);
-    `rule` an `InnerRule` or a `GridRule` (two layers) or a `phasejax.depth.three.ThreeRule` (three layers)."""
+    `rule` an `InnerRule` or a `GridRule` (two layers) or a `phasejax.depth.posterior.ThreeRule` (three layers)."""
     V, omega, Z, u = teacher_and_cavity(q, skip, draws)
     post_fn = posterior_of(rule)
 
@@ -285,7 +278,7 @@ class _Fixed:
 
 
 @struct.dataclass
-class DepthSEResult:
+class DepthSEResult(HasStatus):
     """A fixed point: `q (L,)` (layer 1, 2, ...), `qhat (L,)` and its Monte Carlo standard error `qhat_se (L,)`,
     `q_se (L,)` (the standard error carried to `q`), `residual ()` (the last step), `error ()` (the estimated
     distance to the fixed point of the map, `SEState`), `iterations ()`, `status ()` (`Status` code), and

@@ -1,20 +1,13 @@
-"""Three layers of tied rank-1 attention: posterior, thresholds and learning order (docs/depth.md, section 7).
+"""Three layers of tied rank-1 attention: thresholds and learning order (docs/depth.md, section 7).
 
 The model (`phasejax.depth.model` with `L = 3`): `M_1 = A(z_1)`, `h_2 = M_1 z_2`,
 `M_2 = A(h_2) M_1`, and the output reveals `u = M_2 z_3` up to its sign. Each layer's
 sign is invisible again (`A` is even in its argument), so the overlap matrix is
 diagonal, `Q = diag(q_1, q_2, q_3)`, and the state evolution of `phasejax.depth.se`
-applies unchanged with this posterior (`posterior_of`).
+applies unchanged with this posterior (`phasejax.depth.posterior.posterior_of`).
 
-The posterior. Given `z_1`, the last two layers are the two-layer problem of
-`phasejax.depth.posterior.gaussian_posterior` in the variables `h = P z_2`, `w = P z_3`
-with `P = A(z_1)`: `u = A(h) w`, `h ~ N(P omega_2, V_2 P P^T)`, `w ~ N(P omega_3, V_3 P P^T)`,
-and its evidence is the density of `+-u` given `z_1`. `posterior_three` integrates `z_1`
-with Gauss-Hermite around its prior and the inner problem with the mixture rule
-(`ThreeRule`). `P` is invertible for `c > 0` (its eigenvalues are at least `c`); the rule
-needs `c > 0`, and it does not adapt to a posterior of `z_1` narrower than its prior
-(layers 2 and 3 learned while layer 1 is not), which limits it to the regimes the
-learning order visits (docs/depth.md, section 7).
+The posterior (`phasejax.depth.posterior.posterior_three`, `ThreeRule`): given `z_1`, the last two layers
+are the two-layer problem in `h = P z_2`, `w = P z_3` with `P = A(z_1)`; its rule needs `c > 0`.
 
 Thresholds. `three_thresholds` follows the learning order: the layer with the largest
 stability constant at `Q = 0` first; along its branch (parametrised by its own overlap,
@@ -27,68 +20,25 @@ zero) gives the third threshold.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from phasejax.depth.model import mixing_matrix
-from phasejax.depth.posterior import InnerRule, Posterior, gaussian_posterior, inner_rule, inv2
-from phasejax.depth.thresholds import JACKKNIFE_BLOCKS, RECENTRE, _blocks, _jackknife, crossing_log
+from phasejax.depth.estimators import (
+    JACKKNIFE_BLOCKS,
+    RECENTRE,
+    M_samples,
+    block_means,
+    crossing_log,
+    g2_samples,
+    jackknife_se,
+    sample_moments,
+)
+from phasejax.depth.posterior import three_rule
+from phasejax.depth.se import se_draws
+from phasejax.depth.thresholds import check_first, check_second, second_threshold, uninformed_thresholds
 from phasejax.precision import uses_float64
-from phasejax.theory.quadrature import gauss_hermite
 
 Array = jax.Array
-
-
-@struct.dataclass
-class ThreeRule:
-    """The three-layer rule: Gauss-Hermite `outer_nodes (K, 2)`, `outer_log_weights (K,)` for `z_1` around its prior,
-    and the mixture `inner` (`InnerRule`) for the last two layers given `z_1`."""
-
-    outer_nodes: Array
-    outer_log_weights: Array
-    inner: InnerRule
-
-    @property
-    def size(self) -> int:
-        return int(self.outer_nodes.shape[0]) * int(self.inner.nodes.shape[0])
-
-
-def three_rule(outer_order: int = 8, inner_order: int = 10) -> ThreeRule:
-    """`outer_order ** 2` nodes for `z_1` times the mixture of order `inner_order` (no strip: `c > 0`)."""
-    if isinstance(outer_order, bool) or int(outer_order) != outer_order or outer_order < 2:
-        raise ValueError(f"outer_order must be an integer >= 2, got {outer_order!r}")
-    q = gauss_hermite(2, int(outer_order))
-    return ThreeRule(outer_nodes=jnp.asarray(q.points), outer_log_weights=jnp.log(jnp.asarray(q.weights)),
-                     inner=inner_rule(inner_order, strip=False))
-
-
-def posterior_three(u: Array, omega: Array, V: Array, skip, rule: ThreeRule, ridge: bool = True) -> Posterior:
-    """Moments of `Z (3, T)` given `+-u`, `z_l ~ N(omega_l, V_l I)`: `u (T,)`, `omega (3, T)`, `V (3,)`.
-
-    Returns a `Posterior` whose fields have a leading axis of 3 (layers 1, 2, 3); `ridge` switches the inner
-    mixture's ridge components (`phasejax.depth.se.needs_ridge`)."""
-    T = u.shape[-1]
-    z1 = omega[0] + jnp.sqrt(V[0]) * rule.outer_nodes  # (K, T)
-
-    def inner(z):
-        P = mixing_matrix(z, skip)
-        PPt = P @ P.T
-        return gaussian_posterior(u, P @ omega[1], V[1] * PPt, P @ omega[2], V[2] * PPt, skip, rule.inner,
-                                  inv2(P), ridge)
-
-    posts = jax.vmap(inner)(z1)
-    logw = rule.outer_log_weights + posts.log_evidence
-    logw = jnp.where(jnp.isfinite(logw), logw, -jnp.inf)
-    log_evidence = jax.scipy.special.logsumexp(logw)
-    p = jnp.exp(logw - log_evidence)
-    clean = lambda a: jnp.where(jnp.isfinite(a), a, 0.0)  # noqa: E731 - nodes of zero weight
-    mean = jnp.concatenate([(p @ z1)[None], jnp.einsum("k,kli->li", p, clean(posts.mean))])
-    second = jnp.concatenate([jnp.einsum("k,ki,kj->ij", p, z1, z1)[None],
-                              jnp.einsum("k,klij->lij", p, clean(posts.second))])
-    fourth = jnp.concatenate([(p @ jnp.sum(z1**2, -1) ** 2)[None], p @ clean(posts.fourth)])
-    del T
-    return Posterior(mean=mean, second=second, fourth=fourth, log_evidence=log_evidence)
 
 
 @struct.dataclass
@@ -126,14 +76,12 @@ def _both_learned(V_second, first, second, last, skip, draws, rule, x0, tol=1e-4
     `alpha_l = q_l / ((1 - q_l) E|g_l|^2)` (both fixed-point equations at one `alpha`), by the secant method.
 
     Returns `(x, per-sample (a_first, a_second, b_last) (3, N) at x, d/dx of the means' logs (3,), residual)`."""
-    from phasejax.depth.thresholds import M_samples, _moments, g2_samples
-
     layers = draws.xi.shape[1]
 
     def evaluate(x):
         q = np.zeros(layers)
         q[first], q[second] = 1.0 - np.exp(x), 1.0 - V_second
-        m = _moments(q, skip, draws, rule)
+        m = sample_moments(q, skip, draws, rule)
         samples = np.stack([g2_samples(m, first), g2_samples(m, second), M_samples(m, last)])
         logs = np.log(samples.mean(-1))
         h = (np.log(-np.expm1(x)) - x - logs[0]) - (np.log(1 - V_second) - np.log(V_second) - logs[1])
@@ -231,8 +179,8 @@ def third_threshold(skip, first: int, second: int, q_first_start: float, draws, 
         return crossing_log(ys, la, la + logs[:, 2], reach=np.inf)
 
     alpha, alpha_lin, e_star = estimate(full)
-    loo, _ = _blocks(rows, JACKKNIFE_BLOCKS)  # (B, 3 points, 3 quantities)
-    mc = _jackknife(np.asarray([estimate(m)[0] for m in loo]))
+    loo, _ = block_means(rows, JACKKNIFE_BLOCKS)  # (B, 3 points, 3 quantities)
+    mc = jackknife_se(np.asarray([estimate(m)[0] for m in loo]))
     y_star = np.log(e_star)
     la, lg = logs_of(ys, full)
     q = 1.0 / (1.0 + np.exp(-ys))
@@ -289,9 +237,6 @@ class ThreeThresholds:
 @uses_float64
 def three_thresholds(skip, settings: ThreeSettings = ThreeSettings()) -> ThreeThresholds:
     """The three layers' thresholds at one skip strength (`c > 0`), in the order they are learned (module docstring)."""
-    from phasejax.depth.se import se_draws
-    from phasejax.depth.thresholds import check_first, check_second, second_threshold, uninformed_thresholds
-
     if not np.isfinite(skip) or skip <= 0:
         raise ValueError(f"skip must be > 0 for three layers, got {skip}")
     st = settings

@@ -42,28 +42,33 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from phasejax.depth.estimators import (
+    JACKKNIFE_BLOCKS,
+    RECENTRE,
+    M_samples,
+    block_means,
+    combination_weight,
+    crossing_log,
+    g2_samples,
+    jackknife_se,
+    nishimori_mean,
+    sample_moments,
+)
+from phasejax.depth.posterior import GridRule, InnerRule, grid_rule
 from phasejax.depth.se import (
+    STRIP_SKIP,
     DepthSEResult,
     Draws,
-    GridRule,
-    InnerRule,
     continuation,
     free_entropy,
-    STRIP_SKIP,
-    grid_rule,
     independent_rule,
-    moments_unlearned_first,
-    outer_moments,
     rule_for,
     se_draws,
 )
 from phasejax.precision import uses_float64
-from phasejax.solvers import Status
+from phasejax.solvers import HasStatus, Status
 
 Array = jax.Array
-
-JACKKNIFE_BLOCKS = 32
-"""Blocks of draws for the jackknife errors of the thresholds."""
 
 
 SMALL_SKIP_GRADING = 1e-4
@@ -75,74 +80,6 @@ diagonal (`u_d` the sequence index across it), and the default grading `0.01` do
 def threshold_grid(step: float, skip) -> GridRule:
     """The graded grid of `step` for the thresholds at `skip` (`SMALL_SKIP_GRADING` below `STRIP_SKIP`)."""
     return grid_rule(step, grading=SMALL_SKIP_GRADING) if skip < STRIP_SKIP else grid_rule(step)
-
-
-def nishimori_mean(teacher, posterior) -> tuple[float, float, float]:
-    """Mean and standard error of the variance-minimising convex combination of two estimators with one mean.
-
-    `teacher, posterior (N,)`: per-sample values (`Moments.M_teacher`, `Moments.M_posterior`). Returns
-    `(mean, standard error, weight of teacher)`; a convex combination of two estimators that never exceed the bound
-    never exceeds it either.
-    """
-    x, y = np.asarray(teacher, np.float64), np.asarray(posterior, np.float64)
-    w = _weight(x, y)
-    z = w * x + (1 - w) * y
-    return float(z.mean()), float(z.std(ddof=1) / np.sqrt(z.size)), w
-
-
-def combined(x, y) -> np.ndarray:
-    """Per-sample values of the variance-minimising convex combination of two estimators `x, y (N,)` of one mean."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    w = _weight(x, y)
-    return w * x + (1 - w) * y
-
-
-def g2_samples(m, layer) -> np.ndarray:
-    """Per-sample estimator of `E|g_l|^2` from `Moments` `m`: the combination (`combined`) of the direct `|g_l|^2`
-    (best at small `q_l`, where it vanishes with `q_l`) and the Nishimori form (best at large `q_l`)."""
-    return combined(m.g2[:, layer], m.g2_nishimori[:, layer])
-
-
-def M_samples(m, layer) -> np.ndarray:
-    """Per-sample estimator of the stability constant `M_l` at `q_l = 0` from `Moments` `m` (`nishimori_mean`)."""
-    return combined(m.M_teacher[:, layer], m.M_posterior[:, layer])
-
-
-def _weight(x, y) -> float:
-    dx, dy = x - x.mean(), y - y.mean()
-    vx, vy, cxy = np.mean(dx * dx), np.mean(dy * dy), np.mean(dx * dy)
-    den = vx + vy - 2 * cxy
-    return float(np.clip((vy - cxy) / den, 0.0, 1.0)) if den > 0 else 0.5
-
-
-def _moments(q, skip, draws, rule):
-    """Per-sample `Moments` at overlaps `q (L,)`: the shared-grid path where it applies, `outer_moments` otherwise."""
-    q = np.asarray(q, np.float64)
-    if isinstance(rule, GridRule) and q.shape == (2,) and q[0] == 0.0:
-        return _unlearned_first_jit(jnp.asarray(q[1]), jnp.asarray(skip, jnp.float64), draws, rule)
-    return _outer_jit(jnp.asarray(q), jnp.asarray(skip, jnp.float64), draws, rule)
-
-
-_unlearned_first_jit = jax.jit(moments_unlearned_first)
-_outer_jit = jax.jit(outer_moments)
-
-
-def _blocks(x, n_blocks):
-    """Leave-one-block-out means of `x (..., N)` along its last axis: `(n_blocks, ...)`, and the full mean."""
-    x = np.asarray(x, np.float64)
-    n = x.shape[-1]
-    edges = np.linspace(0, n, n_blocks + 1).astype(int)
-    sums = np.stack([x[..., a:b].sum(-1) for a, b in zip(edges[:-1], edges[1:])])
-    sizes = np.diff(edges)
-    total = x.sum(-1)
-    return (total[None] - sums) / (n - sizes).reshape((-1,) + (1,) * (x.ndim - 1)), total / n
-
-
-def _jackknife(values):
-    """Standard error from leave-one-block-out estimates `values (B, ...)`."""
-    values = np.asarray(values, np.float64)
-    B = values.shape[0]
-    return np.sqrt((B - 1) / B * np.sum((values - values.mean(0)) ** 2, 0))
 
 
 @struct.dataclass
@@ -169,12 +106,12 @@ def uninformed_thresholds(skip, draws: Draws | None = None, rule=None) -> Thresh
     """`alpha_l^0 = 1 / M_l` from the linear stability of `Q = 0` (module docstring), with Monte Carlo errors.
 
     `rule`: a `GridRule` (default `threshold_grid(0.16, skip)`) or an `InnerRule`; for three layers (`draws` of three layers)
-    a `phasejax.depth.three.ThreeRule`."""
+    a `phasejax.depth.posterior.ThreeRule`."""
     _check_skip(skip)
     draws = se_draws(4096) if draws is None else draws
     rule = threshold_grid(0.16, skip) if rule is None else rule
     layers = draws.xi.shape[1]
-    m = _moments(np.zeros(layers), skip, draws, rule)
+    m = sample_moments(np.zeros(layers), skip, draws, rule)
     out = [nishimori_mean(m.M_teacher[:, l], m.M_posterior[:, l]) for l in range(layers)]
     M, M_se, w = (np.asarray(v) for v in zip(*out))
     return Thresholds(M=M, M_se=M_se, alpha0=1.0 / M, alpha0_err=M_se / M**2, weight=w, n_draws=int(m.g2.shape[0]))
@@ -187,33 +124,6 @@ def _crossing(V, a, b, reach: float = 1.0):
     V, a, b = (np.asarray(v, np.float64) for v in (V, a, b))
     log_alpha = np.log((1.0 - V) / (V * a))
     return crossing_log(np.log(V), log_alpha, log_alpha + np.log(b), reach)
-
-
-def crossing_log(x, log_alpha, log_gain, reach: float = 1.0):
-    """Where `log_gain (n,)` crosses zero along `x (n,)`, and `alpha` there from `log_alpha (n,)`: quadratic
-    interpolation through the three points around the root, and linear on the bracketing pair. Returns
-    `(alpha quadratic, alpha linear, exp(x*))`; NaN when the root lies farther than `reach` spacings outside."""
-    x, log_alpha, log_gain = (np.asarray(v, np.float64) for v in (x, log_alpha, log_gain))
-    order = np.argsort(x)
-    x, log_alpha, log_gain = x[order], log_alpha[order], log_gain[order]
-    sign = np.sign(log_gain)
-    idx = np.nonzero(sign[:-1] != sign[1:])[0]
-    k = idx[0] if idx.size else int(np.argmin(np.abs(log_gain[:-1] + log_gain[1:])))
-    t = -log_gain[k] / (log_gain[k + 1] - log_gain[k])
-    x_lin = x[k] + t * (x[k + 1] - x[k])
-    a_lin = np.exp(log_alpha[k] + t * (log_alpha[k + 1] - log_alpha[k]))
-    span = x[-1] - x[0]
-    if not (x[0] - reach * span / (len(x) - 1) <= x_lin <= x[-1] + reach * span / (len(x) - 1)):
-        return np.nan, np.nan, np.nan
-    if len(x) < 3:
-        return a_lin, a_lin, np.exp(x_lin)
-    first = min(max(k - 1, 0), len(x) - 3)
-    j = slice(first, first + 3)
-    roots = np.roots(np.polyfit(x[j], log_gain[j], 2))
-    roots = roots[np.isreal(roots)].real
-    x_q = roots[np.argmin(np.abs(roots - x_lin))] if roots.size else x_lin
-    a_q = np.exp(np.polyval(np.polyfit(x[j], log_alpha[j], 2), x_q))
-    return a_q, a_lin, np.exp(x_q)
 
 
 @struct.dataclass
@@ -250,9 +160,6 @@ class SecondThreshold:
         return np.hypot(self.alpha_mc, self.alpha_interp)
 
 
-RECENTRE = 3
-"""Attempts at centring the final points of a threshold on its crossing (the pilot's estimate first)."""
-
 PILOT_V = tuple(float(v) for v in np.geomspace(0.7, 0.003, 16))
 """The pilot scan's values of the learned layer's `V = 1 - q`."""
 
@@ -267,7 +174,7 @@ def _point_means(V_points, learned, skip, draws, rule, others=None):
     for V in V_points:
         q = np.zeros(layers)
         q[learned] = 1.0 - V
-        m = _moments(q, skip, draws, rule)
+        m = sample_moments(q, skip, draws, rule)
         a.append(g2_samples(m, learned))
         b.append([M_samples(m, other) for other in others])
     return np.asarray(a), np.swapaxes(np.asarray(b), 0, 1)
@@ -276,10 +183,10 @@ def _point_means(V_points, learned, skip, draws, rule, others=None):
 def _threshold_from_samples(V, a, b, n_blocks=JACKKNIFE_BLOCKS):
     """`(alpha, alpha_lin, V*)` and their jackknife standard errors from per-sample `a, b (n, N)`."""
     est = np.asarray(_crossing(V, a.mean(-1), b.mean(-1)))
-    loo_a, _ = _blocks(a, n_blocks)
-    loo_b, _ = _blocks(b, n_blocks)
+    loo_a, _ = block_means(a, n_blocks)
+    loo_b, _ = block_means(b, n_blocks)
     reps = np.asarray([_crossing(V, loo_a[j], loo_b[j]) for j in range(n_blocks)])
-    return est, _jackknife(reps)
+    return est, jackknife_se(reps)
 
 
 @uses_float64
@@ -364,13 +271,13 @@ def check_first(skip, layer: int, draws: Draws, rule, other_rule) -> RuleCheck:
     _check_skip(skip)
     vals = []
     for r in (rule, other_rule):
-        m = _moments(np.zeros(draws.xi.shape[1]), skip, draws, r)
+        m = sample_moments(np.zeros(draws.xi.shape[1]), skip, draws, r)
         x, y = np.asarray(m.M_teacher[:, layer]), np.asarray(m.M_posterior[:, layer])
         vals.append(0.5 * (x + y))  # a fixed weight: the same estimator for both rules
-    loo, full = _blocks(np.stack(vals), JACKKNIFE_BLOCKS)
+    loo, full = block_means(np.stack(vals), JACKKNIFE_BLOCKS)
     est = 1.0 / full
     reps = 1.0 / loo
-    diff_se = _jackknife(reps[:, 1] - reps[:, 0])
+    diff_se = jackknife_se(reps[:, 1] - reps[:, 0])
     return RuleCheck(primary=np.float64(est[0]), other=np.float64(est[1]), difference=np.float64(est[1] - est[0]),
                      difference_se=np.float64(diff_se), n_draws=int(draws.xi.shape[0]))
 
@@ -391,10 +298,10 @@ def check_crossing(skip, V, learned: int, other: int, draws: Draws, rule, other_
     samples = [(a, b[0]) for a, b in (_point_means(V, learned, skip, draws, r, [other]) for r in (rule, other_rule))]
     # the crossing may lie outside the points on few draws: extrapolate (the difference is what is measured)
     est = [_crossing(V, a.mean(-1), b.mean(-1), np.inf)[0] for a, b in samples]
-    loo = [(_blocks(a, JACKKNIFE_BLOCKS)[0], _blocks(b, JACKKNIFE_BLOCKS)[0]) for a, b in samples]
+    loo = [(block_means(a, JACKKNIFE_BLOCKS)[0], block_means(b, JACKKNIFE_BLOCKS)[0]) for a, b in samples]
     reps = np.asarray([[_crossing(V, la[j], lb[j], np.inf)[0] for la, lb in loo] for j in range(JACKKNIFE_BLOCKS)])
     return RuleCheck(primary=np.float64(est[0]), other=np.float64(est[1]), difference=np.float64(est[1] - est[0]),
-                     difference_se=np.float64(_jackknife(reps[:, 1] - reps[:, 0])), n_draws=int(draws.xi.shape[0]))
+                     difference_se=np.float64(jackknife_se(reps[:, 1] - reps[:, 0])), n_draws=int(draws.xi.shape[0]))
 
 
 @struct.dataclass
@@ -569,12 +476,12 @@ def estimator_study(skip, q, draws: Draws, rule=None) -> dict:
     _check_skip(skip)
     rule = threshold_grid(0.16, skip) if rule is None else rule
     q = np.asarray(q, np.float64)
-    m = _moments(q, skip, draws, rule)
+    m = sample_moments(q, skip, draws, rule)
     out = {}
     for l in range(2):
         if q[l] == 0.0:
             x, y = np.asarray(m.M_teacher[:, l]), np.asarray(m.M_posterior[:, l])
-            w = _weight(x, y)
+            w = combination_weight(x, y)
             for name, v in (("direct", m.cov_dev[:, l]), ("teacher", x), ("posterior", y),
                             ("combined", w * x + (1 - w) * y)):
                 v = np.asarray(v)
@@ -600,3 +507,106 @@ def learned_branch(skip, V, learned: int = 1, draws: Draws | None = None, rule=N
     mean = a.mean(-1)
     alpha = (1 - V) / (V * mean)
     return alpha, alpha * a.std(-1, ddof=1) / np.sqrt(a.shape[-1]) / mean
+
+
+@struct.dataclass
+class BranchPoint(HasStatus):
+    """The learned layer's fixed point at one `alpha`, the other layers held at zero: the root of
+    `alpha*(q) = alpha` on the branch `alpha*(q) = q / ((1 - q) E|g|^2(q))` (module docstring).
+
+    `alpha ()`; `q ()`: the learned layer's overlap there; `q_err ()`: its Monte Carlo standard error, the root's
+    shift under the draws' error of `E|g|^2` to first order (`V se(log E|g|^2) / |d log alpha* / d log V|`,
+    `V = 1 - q`); `slope ()`: `dq / dalpha` along the branch; `residual ()`: `|log alpha*(q) - log alpha|` at the
+    root; `iterations ()`: evaluations of `E|g|^2` (the bracketing scan, Brent's method, the slope); `status ()`:
+    `Status.CONVERGED`, `MAX_ITERATIONS` (Brent's method did not meet its tolerance) or `INVALID_INPUT` (no root
+    on the branch between `1 - Q_MAX` and the scan's first `V`: `alpha` below the learned layer's threshold or
+    beyond the cap; `q`, `q_err`, `slope` NaN); `learned ()`: the layer's index; `n_draws`."""
+
+    alpha: Array
+    q: Array
+    q_err: Array
+    slope: Array
+    residual: Array
+    iterations: Array
+    status: Array
+    learned: Array
+    n_draws: int = struct.field(pytree_node=False, default=0)
+
+
+BRANCH_SCAN_V = tuple(float(v) for v in np.geomspace(0.995, 5e-4, 12))
+"""The values of the learned layer's `V = 1 - q` that `branch_point` scans for the first sign change of
+`alpha*(q) - alpha` from the uninformative end (the branch connected to `q = 0`); `5e-4` is `1 - Q_MAX`."""
+
+
+@uses_float64
+def branch_point(skip, alpha, learned: int = 1, draws: Draws | None = None, rule=None, *, xtol: float = 1e-10,
+                 scan_V=BRANCH_SCAN_V) -> BranchPoint:
+    """The learned layer's overlap at `alpha` with the other layers held at zero, as a root in `log V` of
+    `log alpha*(V) - log alpha` (Brent's method on fixed `draws`, default 16384, with `rule`, default
+    `threshold_grid(0.16, skip)`), with its Monte Carlo error (`BranchPoint`).
+
+    Found as a root, not by iterating the map: near a threshold the map contracts slowly and iterates averaged
+    over a finite run sit on one side of the fixed point, while every `alpha*(q)` is an exact fixed point of the
+    map on the draws. The root is the first one met scanning `scan_V` from the uninformative end (the branch
+    continuously connected to `q = 0`); where `alpha*` is not monotone there are others. `xtol`: Brent's tolerance
+    in `log V`.
+
+    Example (few draws and a coarse grid: a quick look, not a measurement):
+      >>> from phasejax.depth import branch_point, se_draws
+      >>> p = branch_point(1.0, 0.45, draws=se_draws(256, seed=3), rule=threshold_grid(0.32, 1.0))
+      >>> p.status_name, bool(0.5 < p.q < 0.8)
+      ('converged', True)
+    """
+    from scipy.optimize import brentq
+
+    _check_skip(skip)
+    if isinstance(alpha, bool) or not np.ndim(alpha) == 0 or not np.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
+    if not xtol > 0:
+        raise ValueError(f"xtol must be > 0, got {xtol!r}")
+    draws = se_draws(16384, seed=5) if draws is None else draws
+    layers = draws.xi.shape[1]
+    if learned not in range(layers):
+        raise ValueError(f"learned must be a layer index in [0, {layers}), got {learned}")
+    rule = threshold_grid(0.16, skip) if rule is None else rule
+    log_alpha = float(np.log(alpha))
+    samples: dict[float, np.ndarray] = {}
+
+    def log_g2(x):
+        """`log E|g|^2` at the learned layer's `V = exp(x)` (its per-sample values kept in `samples`)."""
+        if x not in samples:
+            samples[x] = _point_means([np.exp(x)], learned, skip, draws, rule, [])[0][0]
+        return float(np.log(samples[x].mean()))
+
+    def h(x):
+        """`log alpha*(V) - log alpha` at `x = log V`."""
+        return float(np.log1p(-np.exp(x)) - x - log_g2(x) - log_alpha)
+
+    xs = np.log(np.asarray(scan_V, np.float64))
+    xs = xs[xs >= np.log(1.0 - 0.9995) - 1e-12]
+    values = []
+    lo = hi = None
+    for x in xs:
+        values.append(h(x))
+        if len(values) > 1 and values[-2] < 0 <= values[-1]:
+            lo, hi = xs[len(values) - 2], x
+            break
+    nan = np.float64(np.nan)
+    if lo is None:
+        return BranchPoint(alpha=np.float64(alpha), q=nan, q_err=nan, slope=nan, residual=nan,
+                           iterations=np.int32(len(samples)), status=np.int32(Status.INVALID_INPUT),
+                           learned=np.int32(learned), n_draws=int(draws.xi.shape[0]))
+    x, info = brentq(h, hi, lo, xtol=xtol, rtol=4 * np.finfo(float).eps, maxiter=100, full_output=True,
+                     disp=False)
+    residual = abs(h(x))
+    step = 0.01
+    dlog_a = (log_g2(x + step) - log_g2(x - step)) / (2 * step)   # central difference on the same draws
+    V = np.exp(x)
+    dh = -1.0 / (1.0 - V) - dlog_a          # d log alpha* / d log V
+    a = samples[x]
+    se_log_a = a.std(ddof=1) / np.sqrt(a.size) / a.mean()
+    status = Status.CONVERGED if info.converged else Status.MAX_ITERATIONS
+    return BranchPoint(alpha=np.float64(alpha), q=np.float64(1.0 - V), q_err=np.float64(V * se_log_a / abs(dh)),
+                       slope=np.float64(-V / (dh * alpha)), residual=np.float64(residual),
+                       iterations=np.int32(len(samples)), status=np.int32(status), learned=np.int32(learned),
+                       n_draws=int(draws.xi.shape[0]))

@@ -27,7 +27,7 @@ import numpy as np
 import optimistix as optx
 
 from phasejax.dynamics.population import PopulationTable, in_table_range, spherical_gradient, table_terms
-from phasejax.solvers import Status
+from phasejax.solvers import HasStatus, Status
 
 Array = jax.Array
 
@@ -84,6 +84,8 @@ class ODEResult(NamedTuple):
     iterations: Array
     in_table: Array
     status: Array
+
+    status_name = HasStatus.status_name
 
 
 def _solver_options(rtol, atol):

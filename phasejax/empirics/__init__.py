@@ -10,7 +10,8 @@ and the rules are exported here; the helpers stay in their modules (`phasejax.em
 100
 """
 
-from phasejax.empirics.bracket import BracketGrid, bracket_report, bracket_sweep
+from phasejax.empirics.bracket import BracketGrid, bracket_sweep
+from phasejax.empirics.bracket_analysis import bracket_report
 from phasejax.empirics.data import TiedAttentionData, cast_params, generate_data, sample_count
 from phasejax.empirics.gamp import GAMPResult, GAMPSweep, gamp, gamp_sweep
 from phasejax.empirics.gamp_analysis import se_references, summarize_gamp_sweep

@@ -49,11 +49,12 @@ from flax import struct
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.empirics.data import TiedAttentionData, cast_params, check_data, overlaps_of, standard_normal
 from phasejax.empirics.gamp_analysis import run_verdicts, tail_window
+from phasejax.empirics.training import check_trainable
 from phasejax.precision import check_float_dtype, dtype_scope
-from phasejax.solvers import Status, iterate, raise_unless_converged
+from phasejax.solvers import HasStatus, Status, iterate, raise_unless_converged
 from phasejax.theory.gram import GAMPInputs, gram_inputs, sample_loss_gram
 from phasejax.theory.params import TiedAttentionParams, params_are_valid, validate_params
-from phasejax.theory.prox import moreau_prox, prox_omega_jacobian
+from phasejax.theory.prox import moreau_minimizer, prox_omega_jacobian
 
 Array = jax.Array
 
@@ -72,12 +73,13 @@ def teacher_fields(data: TiedAttentionData) -> Array:
 
 
 def empirical_risk(Q: Array, data: TiedAttentionData, params: TiedAttentionParams) -> Array:
-    """`R(Q) = sum_mu ||y^mu - f_Q(x^mu)||^2 / (2d) + lambda ||Q||^2 / 2` (theory notes, section 1), directly."""
+    """`R(Q) = sum_mu loss.output_risk(y^mu - f_Q(x^mu)) + lambda ||Q||^2 / 2` (theory notes, section 1), directly,
+    with the model's loss `params.loss` (GAMP's, the square loss: `sum_mu ||y^mu - f_Q(x^mu)||^2 / (2d)`)."""
     xt = data.x + data.p[None]
     h = jnp.einsum("nld,dr->nlr", xt, Q) / jnp.sqrt(jnp.asarray(data.d, Q.dtype))
     S = jax.vmap(lambda hh: params.student(hh, params))(h)
     resid = data.y - jnp.einsum("nij,njd->nid", S, xt)
-    return 0.5 * jnp.sum(resid**2) / data.d + 0.5 * params.lam * jnp.sum(Q**2)
+    return jnp.sum(params.loss.output_risk(resid)) + 0.5 * params.lam * jnp.sum(Q**2)
 
 
 def stein_mean_jacobian(f: Array, w: Array, hstar: Array) -> Array:
@@ -109,7 +111,7 @@ def basin_flips(h_old: Array, h_new: Array) -> Array:
 
 
 @struct.dataclass
-class GAMPResult:
+class GAMPResult(HasStatus):
     """GAMP output.
 
     Attributes:
@@ -194,7 +196,7 @@ class _GAMPIteration:
                 starts = h_warm[None]
             else:
                 starts = jnp.stack([zero, w_mu.reshape(-1), h_warm])
-            h_hat = moreau_prox(objective, starts).h
+            h_hat = moreau_minimizer(lambda hf, _: objective(hf), (), starts, n_steps=60, tol=1e-10)[0]
             f, dfdw = prox_omega_jacobian(loss_h, h_hat.reshape(L, r), w_mu, V_inv)
             return f, dfdw, h_hat
 
@@ -319,7 +321,7 @@ def gamp(
     `phasejax.solvers.SolverError`, as optimistix's `throw=True`; by default failure is the result's status.
     """
     check_data(data, params)
-    validate_params(params)
+    check_trainable(validate_params(params), square_loss_for="gamp")
     n, L, d = data.x.shape
     if isinstance(max_iter, (bool, np.bool_)) or int(max_iter) != max_iter or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got max_iter={max_iter!r}")
@@ -546,7 +548,7 @@ def gamp_sweep(params: TiedAttentionParams, dims, seeds, *, branches=("positiona
     from phasejax.empirics.data import sample_count
     from phasejax.sweep import RunOptions, run_chunked
 
-    validate_params(params)
+    check_trainable(validate_params(params), square_loss_for="gamp_sweep")
     dtype = check_float_dtype(dtype)
     dims = [int(d) for d in dims]
     seeds = np.asarray(seeds, dtype=np.int64)

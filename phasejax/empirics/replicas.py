@@ -47,11 +47,10 @@ from phasejax.empirics.data import cast_params, check_positive_int, checked_size
 from phasejax.empirics.metrics import classify_solution
 from phasejax.empirics.students import positional_init, semantic_init
 from phasejax.empirics.sweep import problem_config
-from phasejax.empirics.training import TrainConfig, minimize
+from phasejax.empirics.training import TrainConfig, check_trainable, minimize, tied_risk
 from phasejax.precision import check_float_dtype, dtype_scope
-from phasejax.solvers import Status
+from phasejax.solvers import HasStatus, Status
 from phasejax.sweep import RunOptions, canonical_config, run_chunked, run_options
-from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
 
 Array = jax.Array
@@ -124,7 +123,7 @@ def overlap_ratio(q12: Array, q: Array) -> Array:
 
 
 @struct.dataclass
-class LanczosResult:
+class LanczosResult(HasStatus):
     """Result of `lanczos_min_eig`: `value ()` the smallest Ritz value, `residual ()` its Ritz residual
     `|beta_k s_k|` (some eigenvalue lies within it of `value`), `iterations ()` and `status ()`
     (`Status.CONVERGED` when `residual <= rtol * spectral scale`, else `MAX_ITERATIONS`)."""
@@ -232,11 +231,8 @@ def replica_pair(seed, alpha, omega, lam, branch, *, params: TiedAttentionParams
     data = generate_data(keys["data"], p_, d, n_max, dtype=dtype)
     n = jnp.round(jnp.asarray(alpha, dtype) * d).astype(jnp.int32) if n is None else jnp.asarray(n, jnp.int32)
     mask = jnp.arange(n_max) < n
-    inputs = gram_inputs(data.x, data.y, data.p)
     u, Qstar = data.u, data.Qstar
-
-    def risk(Q):
-        return gram_risk(Q, inputs, p_, mask)
+    risk = tied_risk(data.x, data.y, data.p, p_, mask)
 
     replica_keys = jnp.stack([jax.random.fold_in(keys["init"], 1), jax.random.fold_in(keys["init"], 2)])
     Q0 = jax.vmap(lambda k: replica_init(branch, k, u, Qstar, params.r, noise))(replica_keys)
@@ -370,7 +366,7 @@ def replica_sweep(grid: ReplicaGrid, params: TiedAttentionParams | None = None, 
     """
     if not isinstance(grid, ReplicaGrid):
         raise ValueError(f"grid must be a ReplicaGrid, got {type(grid).__name__}")
-    params = make_params(1.0, 0.0) if params is None else validate_params(params)
+    params = make_params(1.0, 0.0) if params is None else check_trainable(validate_params(params))
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
     if not np.isfinite(noise) or noise <= 0:

@@ -49,14 +49,13 @@ from phasejax.empirics.metrics import (
     test_error_from_overlaps,
 )
 from phasejax.empirics.students import INITS, STUDENTS, init_weights, make_student, query_weights
-from phasejax.empirics.training import TrainConfig, minimize, student_risk
+from phasejax.empirics.training import TrainConfig, check_trainable, minimize, student_risk, tied_risk
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.io import read_csv, write_csv
 from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_code, status_names
 from phasejax.sweep import RunOptions, available_memory, canonical_config, run_chunked, run_options
 from phasejax.theory.baselines import linear_baseline_error
-from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
 from phasejax.theory.quadrature import gauss_hermite
 
@@ -199,11 +198,11 @@ def train_run(seed, alpha, omega, init, *, params: TiedAttentionParams, d: int, 
     Q0 = init_weights(init, keys["init"], u, Qstar, params.r)
     graphdef, weights = nnx.split(make_student(student, Q0, L=params.L, value_rank=value_rank, key=keys["init"]),
                                   nnx.Param)
-    if student == "tied":   # same R through per-sample Gram matrices: one pass over the data per evaluation
-        inputs = gram_inputs(x, y, p)
-        risk = lambda w: gram_risk(w["Q"][...], inputs, p_, mask)  # noqa: E731
+    if student == "tied":   # the same R as a function of Q (the square loss through per-sample Gram matrices)
+        tied = tied_risk(x, y, p, p_, mask)
+        risk = lambda w: tied(w["Q"][...])  # noqa: E731
     else:
-        risk = lambda w: student_risk(graphdef, w, x, y, p, mask, p_.lam)  # noqa: E731
+        risk = lambda w: student_risk(graphdef, w, x, y, p, mask, p_.lam, p_.loss)  # noqa: E731
     res = minimize(risk, weights, config)
     model = nnx.merge(graphdef, res.params)
 
@@ -248,13 +247,21 @@ def make_training_fn(grid: TrainingGrid, params: TiedAttentionParams, **kwargs):
     return fn
 
 
+def declared_config(piece) -> dict:
+    """JSON description of a declared piece of the model (its loss or penalty, frozen dataclasses): its class
+    (module and name) and fields."""
+    return dict(type=f"{type(piece).__module__}.{type(piece).__qualname__}",
+                **{f.name: getattr(piece, f.name) for f in dataclasses.fields(piece)})
+
+
 def problem_config(params: TiedAttentionParams) -> dict:
-    """The problem part of a run configuration: `sigma, lam, A, C, r, t` and the target and student
+    """The problem part of a run configuration: `sigma, lam, A, C, r, t`, the target and student
     functions themselves (`target`, `student_fn`; fingerprinted by content through
-    `phasejax.sweep.callable_identity`)."""
+    `phasejax.sweep.callable_identity`), the loss and the penalty (`declared_config`)."""
     return dict(sigma=np.asarray(params.sigma).tolist(), lam=float(np.asarray(params.lam)),
                 A=np.asarray(params.A).tolist(), C=np.asarray(params.C).tolist(), r=params.r, t=params.t,
-                target=params.target, student_fn=params.student)
+                target=params.target, student_fn=params.student, loss=declared_config(params.loss),
+                penalty=declared_config(params.penalty))
 
 
 def training_config(grid: TrainingGrid, params: TiedAttentionParams, *, student: str, config: TrainConfig,
@@ -433,7 +440,7 @@ def train_students(
     """
     if not isinstance(grid, TrainingGrid):
         raise ValueError(f"grid must be a TrainingGrid, got {type(grid).__name__}")
-    params = make_params(1.0, 0.0) if params is None else validate_params(params)
+    params = make_params(1.0, 0.0) if params is None else check_trainable(validate_params(params))
     if student not in STUDENTS:
         raise ValueError(f"student must be one of {STUDENTS}, got {student!r}")
     if not isinstance(config, TrainConfig):

@@ -1,8 +1,9 @@
 """Optax training of the students on the empirical risk `R` (theory notes, section 1).
 
 `minimize(loss_fn, params0, config)` is a pure, jittable, vmappable loop
-(`lax.while_loop`) of full-batch gradient descent, Adam or L-BFGS
-(`optax.lbfgs` with its zoom line search), stopped by the gradient norm:
+(`lax.while_loop`) of any `optax.GradientTransformation` (`TrainConfig(optimizer=optax.adamw(1e-2))`), or of the
+shorthands full-batch gradient descent, Adam and L-BFGS (`optax.lbfgs` with its zoom line search), stopped by the
+gradient norm:
 the run converges when the root-mean-square gradient entry
 `||grad R||_F / sqrt(#weights)` falls below `gtol`. It returns a
 `TrainResult` with the weights, loss, gradient norm, step count and a
@@ -10,10 +11,13 @@ the run converges when the root-mean-square gradient entry
 can vmap over. The loop is `phasejax.solvers.iterate` (the one loop shared
 with the state evolution and GAMP).
 
-`student_risk(graphdef, weights, x, y, p, mask, lam)` is the masked
-`R = sum_mu mask_mu 1/(2d) ||y^mu - f(x^mu)||^2 + lam/2 ||weights||^2` of any
-`nnx` student; padded samples (`mask = 0`) contribute exactly nothing, so a run
-padded to `n_max` samples is the unpadded run.
+`student_risk(graphdef, weights, x, y, p, mask, lam, loss)` is the masked
+`R = sum_mu mask_mu loss.output_risk(y^mu - f(x^mu)) + lam/2 ||weights||^2` of any
+`nnx` student, with the model's per-sample loss (`phasejax.theory.losses`; the square loss
+`||y - f||^2 / (2d)` by default); `tied_risk(x, y, p, params, mask)` the same for the tied student as a function
+of `Q` (through per-sample Gram matrices for the square loss). Padded samples (`mask = 0`) contribute exactly
+nothing, so a run padded to `n_max` samples is the unpadded run. The test error stays the square error whatever
+the training loss (`phasejax.empirics.metrics`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ from flax import nnx, struct
 
 from phasejax.empirics.data import TiedAttentionData, check_data
 from phasejax.precision import dtype_scope
-from phasejax.solvers import Status, iterate, raise_unless_converged
+from phasejax.solvers import HasStatus, Status, iterate, raise_unless_converged
+from phasejax.theory.gram import gram_inputs, gram_risk
+from phasejax.theory.losses import SampleLoss, SquareLoss
+from phasejax.theory.params import TiedAttentionParams
+from phasejax.theory.penalties import Ridge
 
 Array = jax.Array
 
@@ -60,30 +68,45 @@ def _positive_int(value, name: str) -> None:
         raise ValueError(f"{name} must be a positive integer, got {name}={value!r}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class TrainConfig:
     """Static training options (hashable; part of the compilation key). Validated on construction.
 
     Attributes:
-      optimizer: `"gd"` (full-batch `optax.sgd`), `"adam"` or `"lbfgs"` (`optax.lbfgs`).
-      learning_rate: step size; `None` takes `DEFAULT_LEARNING_RATES[optimizer]`
+      optimizer: any `optax.GradientTransformation` (e.g. `optax.adamw(1e-2)`), or a shorthand: `"gd"`
+        (full-batch `optax.sgd`), `"adam"` or `"lbfgs"` (`optax.lbfgs`). A transformation with extra arguments
+        (`optax.GradientTransformationExtraArgs`, as `optax.lbfgs` and optax's chains are) gets `value`, `grad`
+        and `value_fn` at every step, so line searches work; one whose state stores the value and gradient at
+        the new point (`optax.lbfgs`) has them reused (`optax.value_and_grad_from_state`).
+      learning_rate: step size of a shorthand; `None` takes `DEFAULT_LEARNING_RATES[optimizer]`
         (0.5 for GD suits the paper's setting, where the Hessian of `R` in `Q`
-        has `O(1)` eigenvalues).
+        has `O(1)` eigenvalues). A transformation carries its own: `learning_rate` must be `None` then.
       max_steps: step cap (a positive integer; `2.5` is refused, not rounded).
       gtol: stop when the RMS gradient entry `||grad R||_F / sqrt(#weights)` < gtol;
         `None` takes `DEFAULT_GTOL` for the dtype of the weights.
-      memory_size: L-BFGS history length.
+      memory_size: L-BFGS history length (the `"lbfgs"` shorthand).
+
+    Two configs are equal (and hash alike) when their fields are, a transformation compared by identity (its
+    functions are closures, with no value to compare): reuse one transformation object to reuse a compiled
+    program. A sweep's run directory (`phasejax.sweep`) records a transformation by the identity of its
+    functions (`phasejax.sweep.callable_identity`); where that differs between processes (optax's closures
+    over other transformations), set `tx.update.__phasejax_id__ = "a name"` to resume in another process.
     """
 
-    optimizer: Literal["gd", "adam", "lbfgs"] = "lbfgs"
+    optimizer: Literal["gd", "adam", "lbfgs"] | optax.GradientTransformation = "lbfgs"
     learning_rate: float | None = None
     max_steps: int = 5000
     gtol: float | None = None
     memory_size: int = 10
 
     def __post_init__(self):
-        if self.optimizer not in DEFAULT_LEARNING_RATES:
-            raise ValueError(f"optimizer must be one of {tuple(DEFAULT_LEARNING_RATES)}, got {self.optimizer!r}")
+        if isinstance(self.optimizer, optax.GradientTransformation):
+            if self.learning_rate is not None:
+                raise ValueError(f"learning_rate applies to the shorthands {tuple(DEFAULT_LEARNING_RATES)} only (a "
+                                 f"GradientTransformation has its own), got learning_rate={self.learning_rate!r}")
+        elif not isinstance(self.optimizer, str) or self.optimizer not in DEFAULT_LEARNING_RATES:
+            raise ValueError(f"optimizer must be an optax.GradientTransformation or one of "
+                             f"{tuple(DEFAULT_LEARNING_RATES)}, got optimizer={self.optimizer!r}")
         _positive_number(self.learning_rate, "learning_rate", allow_none=True)
         _positive_int(self.max_steps, "max_steps")
         _positive_number(self.gtol, "gtol", allow_none=True)
@@ -91,8 +114,21 @@ class TrainConfig:
         object.__setattr__(self, "max_steps", int(self.max_steps))
         object.__setattr__(self, "memory_size", int(self.memory_size))
 
+    def _key(self) -> tuple:
+        opt = self.optimizer if isinstance(self.optimizer, str) else ("transformation", id(self.optimizer))
+        return opt, self.learning_rate, self.max_steps, self.gtol, self.memory_size
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     @property
     def lr(self) -> float | None:
+        """The step size of a shorthand (`None` for L-BFGS, which searches its step, and for a transformation)."""
+        if not isinstance(self.optimizer, str):
+            return None
         return DEFAULT_LEARNING_RATES[self.optimizer] if self.learning_rate is None else self.learning_rate
 
     def tolerance(self, dtype) -> float:
@@ -102,6 +138,9 @@ class TrainConfig:
         return DEFAULT_GTOL["float64" if np.dtype(dtype).itemsize == 8 else "float32"]
 
     def optax_optimizer(self) -> optax.GradientTransformation:
+        """The transformation: `optimizer` itself, or the shorthand's."""
+        if not isinstance(self.optimizer, str):
+            return self.optimizer
         if self.optimizer == "gd":
             return optax.sgd(self.lr)
         if self.optimizer == "adam":
@@ -110,7 +149,7 @@ class TrainConfig:
 
 
 @struct.dataclass
-class TrainResult:
+class TrainResult(HasStatus):
     """Result of `minimize`: `params` (the weights pytree), `loss ()`, `grad_norm ()` (RMS entry),
     `steps ()`, `status ()` (a `phasejax.solvers.Status` code: `CONVERGED`, `MAX_ITERATIONS`, `DIVERGED`),
     `converged ()`."""
@@ -134,15 +173,24 @@ class _State(NamedTuple):
     grad: object
 
 
+def stores_value_and_grad(opt_state) -> bool:
+    """Whether an optimiser state holds the loss and gradient at the new point (fields `value` and `grad`, as
+    `optax.lbfgs`'s line search keeps them), for `optax.value_and_grad_from_state`. Decided on the state's
+    structure (static)."""
+    try:
+        return optax.tree.get(opt_state, "value") is not None and optax.tree.get(opt_state, "grad") is not None
+    except KeyError:            # several fields of the name: not a state to read them from
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
 class GradientSolver:
     """`minimize` as a `phasejax.solvers.iterate` solver: one optimiser step per `step`, stop on the RMS gradient.
 
-    The object holds the optimiser and the stopping rule; the problem, the argument of `init`, `step` and
-    `terminate`, is the loss function `loss_fn(params) -> ()`."""
+    The object holds the optimiser (any `optax.GradientTransformation`) and the stopping rule; the problem, the
+    argument of `init`, `step` and `terminate`, is the loss function `loss_fn(params) -> ()`."""
 
     opt: optax.GradientTransformation
-    lbfgs: bool
     size: int
     gtol: float
 
@@ -151,14 +199,15 @@ class GradientSolver:
         return _State(params0, self.opt.init(params0), v0, g0)
 
     def step(self, loss_fn: Callable, s: _State) -> _State:
-        if self.lbfgs:
+        if isinstance(self.opt, optax.GradientTransformationExtraArgs):
             updates, opt_state = self.opt.update(s.grad, s.opt_state, s.params, value=s.loss, grad=s.grad,
                                                  value_fn=loss_fn)
-            params = optax.apply_updates(s.params, updates)
-            v, g = optax.value_and_grad_from_state(loss_fn)(params, state=opt_state)
         else:
             updates, opt_state = self.opt.update(s.grad, s.opt_state, s.params)
-            params = optax.apply_updates(s.params, updates)
+        params = optax.apply_updates(s.params, updates)
+        if stores_value_and_grad(opt_state):
+            v, g = optax.value_and_grad_from_state(loss_fn)(params, state=opt_state)
+        else:
             v, g = jax.value_and_grad(loss_fn)(params)
         return _State(params, opt_state, v, g)
 
@@ -182,7 +231,7 @@ def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = 
     leaves = jax.tree_util.tree_leaves(params0)
     size = sum(x.size for x in leaves)
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
-    solver = GradientSolver(config.optax_optimizer(), config.optimizer == "lbfgs", size, config.tolerance(dtype))
+    solver = GradientSolver(config.optax_optimizer(), size, config.tolerance(dtype))
     out = iterate(solver, loss_fn, solver.init(loss_fn, params0), max_steps=config.max_steps, report_progress=True)
     s = out.state
     if throw:
@@ -191,25 +240,71 @@ def minimize(loss_fn: Callable[[object], Array], params0, config: TrainConfig = 
                        converged=out.status == Status.CONVERGED)
 
 
-def student_risk(graphdef, weights, x: Array, y: Array, p: Array, mask: Array | None, lam) -> Array:
-    """Masked `R = sum_mu mask_mu ||y^mu - f(x^mu)||^2 / (2d) + lam/2 ||weights||^2` (theory notes, section 1).
+def student_risk(graphdef, weights, x: Array, y: Array, p: Array, mask: Array | None, lam,
+                 loss: SampleLoss = SquareLoss()) -> Array:
+    """Masked `R = sum_mu mask_mu loss.output_risk(y^mu - f(x^mu)) + lam/2 ||weights||^2` (theory notes, section 1):
+    with the square loss (the default) `sum_mu mask_mu ||y^mu - f(x^mu)||^2 / (2d) + lam/2 ||weights||^2`.
 
     Args:
       graphdef, weights: an `nnx.split` student (`weights` the `nnx.Param` state).
       x, y: `(n, L, d)`; p: `(L, d)`; mask: `(n,)` 0/1 weights or `None` (all samples).
       lam: ridge penalty on every trained weight.
+      loss: the per-sample loss (`phasejax.theory.losses.SampleLoss`; its `output_risk` of the residuals
+        `(n, L, d)`), the model's `params.loss`.
     """
     pred = nnx.merge(graphdef, weights)(x, p)
-    per_sample = jnp.sum((y - pred) ** 2, axis=(1, 2)) / (2.0 * x.shape[-1])
+    return _masked_sum(loss.output_risk(y - pred), mask) + 0.5 * lam * optax.tree_utils.tree_norm(weights, squared=True)
+
+
+def _masked_sum(per_sample: Array, mask: Array | None) -> Array:
     if mask is not None:
         per_sample = jnp.where(mask, per_sample, 0.0)   # where, not *: padded NaN cannot leak in
-    return jnp.sum(per_sample) + 0.5 * lam * optax.tree_utils.tree_norm(weights, squared=True)
+    return jnp.sum(per_sample)
+
+
+def check_trainable(params: TiedAttentionParams, *, square_loss_for: str | None = None) -> TiedAttentionParams:
+    """`params` if the empirics can train its model: the penalty is ridge (`Ridge`, the students' `lam/2 ||w||^2`)
+    and, with `square_loss_for` (the routine's name), the loss is the square loss (routines written through its
+    Gram matrices or closed forms: GAMP's prox, the bracket's control variate); else `ValueError` naming the
+    field."""
+    if type(params.penalty) is not Ridge:
+        raise ValueError(f"penalty: the students are trained with the ridge penalty lam/2 ||w||^2 (Ridge()), got "
+                         f"penalty={params.penalty!r}")
+    if square_loss_for is not None and type(params.loss) is not SquareLoss:
+        raise ValueError(f"loss: {square_loss_for} is written for the square loss (SquareLoss()), got "
+                         f"loss={params.loss!r}")
+    return params
+
+
+def tied_risk(x: Array, y: Array, p: Array, params: TiedAttentionParams, mask: Array | None = None
+              ) -> Callable[[Array], Array]:
+    """`Q -> R(Q)`, the masked risk of the tied student `f_Q(x) = S((x + p) Q / sqrt(d)) (x + p)` with
+    `S = params.student` and the loss `params.loss` (plus `params.lam / 2 ||Q||^2`); `Q (d, r)`.
+
+    The square loss goes through the per-sample Gram matrices (`phasejax.theory.gram.gram_risk`: one pass over
+    the `(n, L, d)` data per evaluation, computed once here); any other loss through `loss.output_risk` of the
+    residuals `y - f_Q(x)`. Data `x, y (n, L, d)`, `p (L, d)`, `mask (n,)` or `None`.
+    """
+    if type(params.loss) is SquareLoss:
+        inputs = gram_inputs(x, y, p)
+        return lambda Q: gram_risk(Q, inputs, params, mask)
+    xt = x + p[None]
+    student = jax.vmap(lambda h: params.student(h, params))
+
+    def risk(Q):
+        S = student(jnp.einsum("nld,dr->nlr", xt, Q) / jnp.sqrt(xt.shape[-1]))
+        residual = y - jnp.einsum("nlk,nkd->nld", S, xt)
+        return _masked_sum(params.loss.output_risk(residual), mask) + 0.5 * params.lam * jnp.sum(Q**2)
+
+    return risk
 
 
 def train_student(model: nnx.Module, data: TiedAttentionData, lam, config: TrainConfig = TrainConfig(),
-                  mask: Array | None = None, *, throw: bool = False) -> tuple[nnx.Module, TrainResult]:
-    """Train an `nnx` student on `data` by minimising `R`; returns the trained module and the `TrainResult`
-    (with `throw`, a run that did not converge raises `phasejax.solvers.SolverError`).
+                  mask: Array | None = None, *, loss: SampleLoss = SquareLoss(),
+                  throw: bool = False) -> tuple[nnx.Module, TrainResult]:
+    """Train an `nnx` student on `data` by minimising `R` (`student_risk` with `loss`, by default the square loss;
+    pass the model's `params.loss`); returns the trained module and the `TrainResult` (with `throw`, a run that
+    did not converge raises `phasejax.solvers.SolverError`).
 
     A convenience around `minimize` for one run (checks the data; not vmapped).
     Computes in the dtype of `data` (inside `dtype_scope`, so float64 data
@@ -233,12 +328,15 @@ def train_student(model: nnx.Module, data: TiedAttentionData, lam, config: Train
         raise ValueError(f"lam must be a finite number >= 0, got lam={lam!r}")
     if mask is not None and jnp.shape(mask) != (data.n,):
         raise ValueError(f"mask must have shape (n,) = ({data.n},), got {jnp.shape(mask)}")
+    if not isinstance(loss, SampleLoss):
+        raise ValueError(f"loss must be a phasejax.theory.losses.SampleLoss (SquareLoss(), HuberLoss(delta)), got "
+                         f"loss={loss!r}")
     dtype = data.x.dtype
     with dtype_scope(dtype):
         graphdef, weights = nnx.split(model, nnx.Param)
         lam_d = jnp.asarray(lam_value, dtype)
-        loss = jax.jit(lambda w: student_risk(graphdef, w, data.x, data.y, data.p, mask, lam_d))
-        res = jax.jit(minimize, static_argnums=(0, 2))(loss, weights, config)
+        risk = jax.jit(lambda w: student_risk(graphdef, w, data.x, data.y, data.p, mask, lam_d, loss))
+        res = jax.jit(minimize, static_argnums=(0, 2))(risk, weights, config)
         if throw:
             raise_unless_converged(res.status, "train_student")
         return nnx.merge(graphdef, res.params), res

@@ -15,6 +15,7 @@ fields (`_presets`).
 * `value`: a low-rank trainable value matrix (experiments only).
 * `general_L`: `L = 3` tokens, `r = 2`, unequal `sigma_l` (quasi-Monte Carlo quadrature).
 * `second_A`: the paper's second, not token-swap-symmetric positional matrix `A`.
+* `huber`: the main model trained with the Huber loss of its outputs (a declared `phasejax.theory.HuberLoss`).
 
 The committed outputs are in `results/extensions/<name>/`: `theory.csv`, `runs.csv`, `thresholds.csv`,
 `summary.json` and a figure.

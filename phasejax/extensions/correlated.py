@@ -16,12 +16,14 @@ State evolution (spec section 9). Given the labels, the means enter exactly as p
 (`p_l -> p_l + mu_{c_l}`): with the directions `(u_1..u_K, v_1..v_J)` each configuration has its own encoding matrix
 `C_cfg = [C | M[c_l]] (L, K + J)`, the order parameter `m` becomes `(K + J, r)` (its last `J` rows are the student's
 overlaps with the cluster directions, `m_cluster`), and every Gaussian average is the label-weighted average of the
-conditional ones (`mixture_hats`):
+conditional ones:
 
     qhat, Vhat, thetahat = sum_cfg w_cfg (hats of cfg),      Mhat = sum_cfg w_cfg C_cfg^T mhat_cfg,
 
-followed by the usual entropic updates (`mixture_overlap_updates`). The training loss (free energy) and the test
-error are label averages too (`mixture_training_loss`, `mixture_test_error`).
+followed by the usual entropic updates. That is the theory's own map on a rule whose nodes are the Gaussian
+rule's, once per configuration, each with the configuration's encodings (`mixture_rule`, `mixture_map`); the
+training loss (free energy) and the test error are label averages too (`mixture_training_loss`,
+`mixture_test_error`).
 
 What follows (tested in `tests/extensions/test_correlated.py`):
 
@@ -65,11 +67,12 @@ from phasejax.precision import check_float_dtype, dtype_scope, float64_scope
 from phasejax.solvers import status_names
 from phasejax.sweep import RunOptions, run_chunked, run_options
 from phasejax.theory.census import CENSUS_SEEDS
-from phasejax.theory.fields import Hats, Overlaps
+from phasejax.theory.fields import Overlaps
 from phasejax.theory.gram import gram_inputs, gram_risk
 from phasejax.theory.params import TiedAttentionParams, make_params, validate_params
-from phasejax.theory.quadrature import SobolRule
-from phasejax.theory.updates import hats_from_nodes, node_values, test_error
+from phasejax.theory.quadrature import Quadrature, SobolRule
+from phasejax.theory.se_map import state_evolution_map
+from phasejax.theory.updates import test_error, training_loss
 
 Array = jax.Array
 NAME = "correlated"
@@ -212,84 +215,41 @@ def generate_mixture_data(key: Array, params: TiedAttentionParams, law: LabelLaw
 # ----------------------------------------------------------------------------
 
 
-class MixtureEvaluation(struct.PyTreeNode):
-    """The mixture map at one state: `overlaps` (the entropic update), averaged `hats` (per token), `Mhat (K+J, r)`,
-    `envelope ()` `E[M]`, `loss ()` `E[ell(h_hat)]`, `h (n_cfg, N, L r)` node minimisers."""
-
-    overlaps: Overlaps
-    hats: Hats
-    Mhat: Array
-    envelope: Array
-    loss: Array
-    h: Array
-
-
-def mixture_hats(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, weights: Array,
-                 warm: Array | None = None, n_steps: int = 8):
-    """Label-averaged hats: per configuration the hats of the main SE with `C_cfg`, then
-    `qhat, Vhat, thetahat = sum w_cfg hats_cfg` and `Mhat = sum w_cfg C_cfg^T mhat_cfg`.
-
-    `ov.m` is `(K + J, r)`; `points (N, L (r + t))`, `weights (N,)`; `warm (n_cfg, N, L r)` node starts
-    (default `omega`). Returns `(hats, Mhat, E[M], E[ell], h)`.
-    """
-    Cs = law.encodings(params.C)
-    w = jnp.asarray(law.probs, ov.q0.dtype)
+def mixture_rule(law: LabelLaw, C: Array, points: Array, weights: Array) -> Quadrature:
+    """The label mixture as one quadrature rule: every node `points (N, D)` of the Gaussian rule once per label
+    configuration, with weight `P(cfg) weights[n]` and the configuration's encodings `C_cfg` (`LabelLaw.encodings`)
+    as the node's own (`Quadrature.encodings`). The theory's map on it averages every Gaussian expectation over
+    the labels, and its `Mhat` is `sum_cfg P(cfg) C_cfg^T mhat_cfg` (`phasejax.theory.updates.hats_from_nodes`)."""
+    Cs = law.encodings(C)
     n_cfg, N = Cs.shape[0], points.shape[0]
-    if warm is None:
-        warm = jnp.zeros((n_cfg, N, params.L * params.r), ov.q0.dtype)
-
-    def one(C_cfg, h0):
-        p_cfg = params.replace(C=C_cfg)
-        nodes = node_values(ov, p_cfg, points, h0, 1, n_steps=n_steps, extra_starts=True)
-        hats = hats_from_nodes(ov, p_cfg, nodes, weights)
-        return hats, C_cfg.T @ hats.mhat, weights @ nodes.envelope, weights @ nodes.loss, nodes.h
-
-    hats, Mh, env, loss, h = jax.vmap(one)(Cs, warm)
-    avg = lambda a: jnp.tensordot(w, a, axes=1)  # noqa: E731
-    return jax.tree_util.tree_map(avg, hats), avg(Mh), avg(env), avg(loss), h
+    probs = jnp.asarray(law.probs, weights.dtype)
+    return Quadrature(points=jnp.tile(points, (n_cfg, 1)), weights=(probs[:, None] * weights[None]).reshape(-1),
+                      encodings=jnp.repeat(Cs, N, axis=0))
 
 
-def mixture_overlap_updates(hats: Hats, Mhat: Array, params: TiedAttentionParams) -> Overlaps:
-    """Entropic updates (theory notes, section 4) with the label-averaged `Mhat (K + J, r)`."""
-    s2 = params.sigma**2
-    G = params.lam * jnp.eye(params.r, dtype=hats.Vhat.dtype) + jnp.einsum("l,lab->ab", s2, hats.Vhat)
-    G_inv = jnp.linalg.inv(G)
-    G_inv = 0.5 * (G_inv + G_inv.T)
-    qhat_eff = jnp.einsum("l,lab->ab", s2, hats.qhat)
-    th_eff = jnp.einsum("l,lat->ta", s2, hats.thetahat)
-    q0 = G_inv @ (qhat_eff + Mhat.T @ Mhat + th_eff.T @ th_eff) @ G_inv
-    return Overlaps(q0=0.5 * (q0 + q0.T), m=Mhat @ G_inv, V0=G_inv, theta0=th_eff @ G_inv)
+def mixture_params(params: TiedAttentionParams, law: LabelLaw) -> TiedAttentionParams:
+    """`params` with `C` widened to `(L, K + J)` (the first configuration's encodings) so that `m (K + J, r)`
+    fits; on a `mixture_rule` every node uses its own encodings instead."""
+    return params.replace(C=law.encodings(params.C)[0])
 
 
 def mixture_map(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, points: Array, weights: Array,
-                warm: Array | None = None) -> MixtureEvaluation:
-    """One step of the mixture SE: label-averaged hats, then the entropic update."""
-    hats, Mhat, env, loss, h = mixture_hats(ov, params, law, points, weights, warm)
-    return MixtureEvaluation(overlaps=mixture_overlap_updates(hats, Mhat, params), hats=hats, Mhat=Mhat,
-                             envelope=env, loss=loss, h=h)
+                warm: Array | None = None):
+    """One step of the mixture SE, the theory's map (`phasejax.theory.se_map.state_evolution_map`) on the
+    `mixture_rule`: `(new Overlaps, MapEvaluation)`; `ov.m` is `(K + J, r)`, `warm (n_cfg N, L r)` node starts."""
+    rule = mixture_rule(law, params.C, points, weights)
+    return state_evolution_map(mixture_params(params, law), ov, rule, warm=warm)
 
 
-def mixture_training_loss(ov: Overlaps, ev: MixtureEvaluation, params: TiedAttentionParams) -> Array:
-    """Free-energy training loss `e_t` (theory notes, section 5) with label averages: the `mhat . m_l` term is
-    `sum_cfg w sum_l mhat_cfg,l . (C_cfg m)_l = tr(Mhat^T m)`."""
-    s2 = params.sigma**2
-    hats, Mhat = ev.hats, ev.Mhat
-    G = params.lam * jnp.eye(params.r, dtype=hats.Vhat.dtype) + jnp.einsum("l,lab->ab", s2, hats.Vhat)
-    qhat_eff = jnp.einsum("l,lab->ab", s2, hats.qhat)
-    th_eff = jnp.einsum("l,lat->ta", s2, hats.thetahat)
-    per_token = (0.5 * jnp.einsum("lab,ba->", hats.Vhat * s2[:, None, None], ov.q0)
-                 - 0.5 * jnp.einsum("lab,ba->", hats.qhat * s2[:, None, None], ov.V0)
-                 - jnp.einsum("lat,ta->", hats.thetahat * s2[:, None, None], ov.theta0)
-                 - jnp.sum(Mhat * ov.m))
-    entropic = 0.5 * jnp.trace(jnp.linalg.solve(G, qhat_eff + Mhat.T @ Mhat + th_eff.T @ th_eff))
-    return -(per_token + entropic - params.alpha * ev.envelope)
+def mixture_training_loss(ov: Overlaps, ev, params: TiedAttentionParams, law: LabelLaw) -> Array:
+    """Free-energy training loss `e_t` of the mixture (the theory's `training_loss` with its label-averaged hats)."""
+    return training_loss(ov, ev.hats, ev.envelope, mixture_params(params, law))
 
 
 def mixture_test_error(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, quadrature) -> Array:
-    """`eps_g` averaged over the label law (fresh fields with `C_cfg m` per configuration)."""
-    Cs = law.encodings(params.C)
-    errs = jax.vmap(lambda C: test_error(ov, params.replace(C=C), quadrature))(Cs)
-    return jnp.asarray(law.probs, errs.dtype) @ errs
+    """`eps_g` averaged over the label law (the theory's `test_error` on the `mixture_rule`)."""
+    rule = mixture_rule(law, params.C, quadrature.points, quadrature.weights)
+    return test_error(ov, mixture_params(params, law), rule)
 
 
 def embed_overlaps(ov: Overlaps, m_cluster: Array) -> Overlaps:
@@ -302,11 +262,11 @@ def cluster_gain(ov: Overlaps, params: TiedAttentionParams, law: LabelLaw, point
     by forward-mode differentiation (the node minimisers by the implicit function theorem). Its largest eigenvalue
     above 1 means the student starts learning the cluster directions (the `m_cluster = 0` subspace is unstable)."""
     J, r = law.n_directions, params.r
-    warm = mixture_hats(embed_overlaps(ov, jnp.zeros((J, r), ov.m.dtype)), params, law, points, weights)[4]
+    warm = mixture_map(embed_overlaps(ov, jnp.zeros((J, r), ov.m.dtype)), params, law, points, weights)[1].h
 
     def F(mc):
-        ev = mixture_map(embed_overlaps(ov, mc.reshape(J, r)), params, law, points, weights, warm)
-        return ev.overlaps.m[params.K:].reshape(-1)
+        new, _ = mixture_map(embed_overlaps(ov, mc.reshape(J, r)), params, law, points, weights, warm)
+        return new.m[params.K:].reshape(-1)
 
     return jax.jacfwd(F)(jnp.zeros((J * r,), ov.m.dtype))
 

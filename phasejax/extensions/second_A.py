@@ -57,9 +57,8 @@ from phasejax.theory.census import CENSUS_SEEDS
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.params import PAPER_A, PAPER_A_ASYMMETRIC, TiedAttentionParams, make_params
 from phasejax.theory.quadrature import gauss_hermite
+from phasejax.theory.se_map import state_evolution_map
 from phasejax.theory.branches import branch_init
-from phasejax.theory.solver import MapApproximation, SEConfig
-from phasejax.theory.updates import hats_from_nodes, node_values
 
 NAME = "second_A"
 
@@ -73,42 +72,14 @@ def second_A_params(alpha=1.0, omega=0.3, *, A=PAPER_A_ASYMMETRIC, sigma=0.5, la
     return make_params(alpha, omega, A=A, sigma=sigma, lam=lam)
 
 
-@functools.partial(jax.jit, static_argnames=("rounds",))
-def se_map_at(params: TiedAttentionParams, overlaps: Overlaps, rule, rounds: int = 3) -> tuple[Overlaps, object]:
-    """One state-evolution map at `overlaps` with the fixed rule `rule` (a `Quadrature`: `points (N, L (r + t))`,
-    `weights (N,)`): energetic ("hat") then entropic update, nothing held (docs/theory.md, section 4).
-
-    Each node's prox starts from its field `omega` and is refined `rounds` times from both alternatives
-    (mirror and field). Returns the new `Overlaps` and the `Hats`. Computes in float64 (inside
-    `phasejax.float64_scope`)."""
-    from phasejax.theory.fields import field_maps
-    from phasejax.theory.updates import overlap_updates
-
-    L, r = params.L, params.r
-    xi = rule.points[:, : L * r].reshape(-1, L, r)
-    maps = field_maps(overlaps, params)
-    warm = (params.sigma[None, :, None] * jnp.einsum("nla,ba->nlb", xi, maps.sqrt_q0)
-            + maps.m_tokens[None]).reshape(-1, L * r)
-    cfg, approx = SEConfig(), MapApproximation()
-    nodes = None
-    for _ in range(rounds):
-        for alt in (0, 1):
-            nodes = node_values(overlaps, params, rule.points, warm, jnp.asarray(alt), n_steps=approx.prox_steps,
-                                psd_tol=cfg.psd_tol, prox_tol=approx.prox_tol, extra_starts=True,
-                                prox_starts=approx.prox_starts, hat_form=approx.hat_form)
-            warm = nodes.h
-    hats = hats_from_nodes(overlaps, params, nodes, rule.weights, hat_form=approx.hat_form)
-    return overlap_updates(hats, params), hats
-
-
+@functools.partial(jax.jit, static_argnames=("order",))
 def mhat_at(params: TiedAttentionParams, overlaps: Overlaps, order: int = 10) -> jax.Array:
     """The energetic update `Mhat = C^T (alpha E[f_l])_l` (`(K, r)`) at `overlaps`, with a tensor
     Gauss-Hermite rule of `order` nodes per dimension (symmetric under `z -> -z`; docs/theory.md, section 4).
 
     Computes in float64 (call inside `phasejax.float64_scope`)."""
     rule = gauss_hermite(params.L * (params.r + params.t), order)
-    _, hats = se_map_at(params, overlaps, rule)
-    return params.C.T @ hats.mhat
+    return params.C.T @ state_evolution_map(params, overlaps, rule, rounds=6)[1].hats.mhat
 
 
 @uses_float64

@@ -112,9 +112,14 @@ class PhaseConfig:
         (default: the first two of `phasejax.theory.census.CENSUS_SEEDS` per subspace).
       se: `SEConfig` of every solve (the solver's settings).
       approximation: `MapApproximation` of every solve (how the map is computed at the nodes).
-      replicon: compute the replicon columns of every fixed point (`phasejax.theory.replicon.replicon_columns`,
-        once per point after its solve: two cold prox starts on every node of the rule and its replicas, 6
-        Newton steps each and up to 30 where unconverged); `False` leaves them out.
+      replicon: compute the replicon columns of every fixed point (`REPLICON_COLUMNS` of
+        `phasejax.theory.replicon`, at the smoothing `DEFAULT_TIE_WIDTH`): no solve of its own, it comes from
+        the solver's error passes (`phasejax.theory.newton`), which evaluate the map at the fixed point on the
+        main rule and on each error replica with every node started from the solve's minimiser and from where
+        its alternative starts ended, and read the replicon's node averages off the minima found (their
+        Jacobians, the tied minima blended at that smoothing); the continuation row carries it along with the
+        result (`phasejax.theory.continuation`). NaN where the point did not converge. `False` leaves the columns
+        out (and the passes compute only the error bars).
     """
 
     seeds: Mapping = dataclasses.field(default_factory=lambda: {b: CENSUS_SEEDS[b][:2] for b in PHASE_BRANCHES})
@@ -432,6 +437,8 @@ class PhaseDiagram(ResultBundle):
         collapsing onto its invariant plane (`end_positional`, `end_semantic`; NaN: not in the grid).
       config: the run's configuration (JSON).
       command: the command line that computed it (shell-quoted), or `None` (a diagram computed from Python).
+      versions: the package versions that computed it (`phasejax.bench.versions`), or `None`; written beside
+        `command` in summary.json.
     """
 
     grid: PhaseGrid
@@ -440,6 +447,7 @@ class PhaseDiagram(ResultBundle):
     thresholds: dict
     config: dict
     command: str | None = None
+    versions: dict | None = None
 
     FILES = (
         BundleFile("points.csv", required=dict(omega="number", alpha="number", branch="str", status="str",
@@ -483,6 +491,8 @@ class PhaseDiagram(ResultBundle):
         )
         if self.command is not None:
             summary["command"] = self.command
+        if self.versions is not None:
+            summary["versions"] = self.versions
         return dict(points={k: pts[k] for k in first + [k for k in pts if k not in first] if k in pts},
                     table=diag, thresholds=self.thresholds, summary=summary,
                     grid=dict(alphas=list(self.grid.alphas), omegas=list(self.grid.omegas)))
@@ -512,7 +522,8 @@ class PhaseDiagram(ResultBundle):
                 v = np.asarray([(PHASE_BRANCHES + ("none",)).index(s) if s != "none" else -1 for s in v])
             table[k] = np.asarray(v).reshape(shape)
         return cls(grid=grid, points=pts, table=table, thresholds=contents["thresholds"],
-                   config=contents["summary"]["config"], command=contents["summary"].get("command"))
+                   config=contents["summary"]["config"], command=contents["summary"].get("command"),
+                   versions=contents["summary"].get("versions"))
 
     def unresolved(self) -> list[tuple[float, float, str, str]]:
         """`(omega, alpha, subspace, verdict)` of every cell whose subspace has neither a converged fixed point
@@ -549,7 +560,7 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
     cfg = dict(kind="tied_attention_phase_diagram", alphas=list(grid.alphas), omegas=list(grid.omegas),
                sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
                C=np.asarray(params.C).tolist(), r=params.r, t=params.t, target=params.target,
-               student=params.student, quadrature=dict(kind=type(scheme).__name__, **_scheme_fields(scheme)),
+               student=params.student, quadrature=dict(kind=type(scheme).__name__, **scheme_fields(scheme)),
                seeds={b: [list(s) for s in config.seeds[b]] for b in PHASE_BRANCHES},
                se_config=dataclasses.asdict(config.se), map_approximation=dataclasses.asdict(config.approximation))
     if config.replicon:
@@ -557,7 +568,8 @@ def diagram_config(grid: PhaseGrid, params: TiedAttentionParams, scheme, config:
     return cfg
 
 
-def _scheme_fields(scheme) -> dict:
+def scheme_fields(scheme) -> dict:
+    """A scheme's settings (JSON; an array field by a digest of its content), for a run's configuration."""
     out = {}
     for f in dataclasses.fields(scheme):
         v = getattr(scheme, f.name)
@@ -566,7 +578,7 @@ def _scheme_fields(scheme) -> dict:
 
             out[f.name + "_sha"] = hashlib.sha256(np.ascontiguousarray(np.asarray(v)).tobytes()).hexdigest()[:16]
         elif dataclasses.is_dataclass(v):
-            out[f.name] = _scheme_fields(v)
+            out[f.name] = scheme_fields(v)
         else:
             out[f.name] = v
     return out

@@ -47,7 +47,7 @@ import numpy as np
 
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.precision import check_float_dtype
-from phasejax.solvers import Status
+from phasejax.solvers import HasStatus, Status
 from phasejax.tasks._common import F32, Array
 from phasejax.tasks.markov.data import check_positive_int, check_probability, entropy_rate, stationary_entropy
 from phasejax.tasks.markov.model import _log_odds
@@ -141,6 +141,8 @@ class ReducedFlow(NamedTuple):
     loss: Array
     grad_norm: Array
     status: Array
+
+    status_name = HasStatus.status_name
 
 
 def reduced_flow(theta0: Array, p, q, tied, *, t_max: float = 400.0, dt: float = 0.02, n_save: int = 200,

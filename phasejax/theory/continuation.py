@@ -16,7 +16,10 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+import functools
+
 from phasejax.solvers import Status
+from phasejax.theory.adjoint import NoAdjoint, PointState, zero_tangent
 from phasejax.theory.branches import BranchInit
 from phasejax.theory.fields import field_maps
 from phasejax.theory.newton import NewtonSE, SEConfig, postprocess, run_newton
@@ -51,7 +54,28 @@ def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, app
     point (`phasejax.theory.replicon`, at the smoothing `replicon_tie_width`) comes from the solver's error passes
     with the error replicas (`phasejax.theory.newton`); it is meaningful where the point converged. Until a first
     success the solve is cold: it orients the rule at its start and starts every node at its field.
+
+    Differentiable in `params` and `alphas` as `config.adjoint` says (`phasejax.theory.adjoint`; default: the
+    implicit function theorem at every converged point, the iterations not differentiated).
     """
+    static = _RowSettings(config, approximation, bool(retry), replicon_tie_width)
+    outs, warm, frame, _ = _differentiable_row(static, params, alphas, (init, scheme, kappa))
+    return outs, warm, frame
+
+
+class _RowSettings(NamedTuple):
+    """The static settings of a row (hashable): the solver's (its adjoint included), the map's, the retry and the
+    replicon's smoothing."""
+
+    config: SEConfig
+    approximation: MapApproximation
+    retry: bool
+    replicon_tie_width: float | None
+
+
+def _row(static: _RowSettings, params, alphas, init: BranchInit, scheme, kappa):
+    """The row itself: `(results (A,), final warm, final frame, PointState (A,))`."""
+    config, approximation, retry, replicon_tie_width = static
     solver = NewtonSE(config, kappa, replicon_tie_width)
     x0, unravel = ravel_pytree(init.overlaps)
     p0 = params.replace(alpha=alphas[0])
@@ -75,6 +99,7 @@ def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, app
         result, replicon = postprocess(solver, problem, state)
         out = result if replicon_tie_width is None else (result, replicon)
         ok = state.status == Status.CONVERGED
+        point = jax.lax.stop_gradient(PointState(x=state.x_eval, warm=state.warm, frame=state.frame, ok=ok))
         x_last = jnp.where(ok, state.x_eval, c.x_last)
         a_last = jnp.where(ok, alpha, c.a_last)
         frame = c.frame
@@ -89,10 +114,76 @@ def continuation(params, alphas, init: BranchInit, scheme, config: SEConfig, app
             n_ok=(c.n_ok + ok).astype(c.n_ok.dtype),
             warm=jnp.where(ok, state.warm, c.warm),
             frame=frame)
-        return carry, out
+        return jax.lax.stop_gradient(carry), (out, point)
 
     a0 = alphas[0]
     carry0 = RowCarry(x_last=x0, x_prev=x0, a_last=a0, a_prev=a0, n_ok=jnp.asarray(0, jnp.int32), warm=warm0,
                       frame=frame0)
-    carry, outs = jax.lax.scan(body, carry0, (alphas, first))
-    return outs, carry.warm, carry.frame
+    carry, (outs, points) = jax.lax.scan(body, carry0, (alphas, first))
+    return outs, carry.warm, carry.frame, points
+
+
+def _split(args):
+    params, alphas, rest = args
+    return (params, alphas, *rest)
+
+
+@functools.lru_cache(maxsize=None)
+def _mapped_row(static: _RowSettings):
+    """`_row` for `static` whose `jax.vmap` solves the batch's rows one after the other on a CPU (`lax.map`: a
+    vmapped while loop runs every lane until the slowest is done, so a batch would cost its slowest solve times its
+    size) and side by side on an accelerator (where side by side is parallel)."""
+
+    @jax.custom_batching.custom_vmap
+    def row(params, alphas, rest):
+        return _row(static, params, alphas, *rest)
+
+    @row.def_vmap
+    def _batched(axis_size, in_batched, params, alphas, rest):
+        args = (params, alphas, rest)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        batched = jax.tree_util.tree_leaves(in_batched)
+        if jax.default_backend() == "cpu":
+            full = [a if b else jnp.broadcast_to(a, (axis_size,) + jnp.shape(a)) for a, b in zip(leaves, batched)]
+            out = jax.lax.map(lambda ls: _row(static, *_split(jax.tree_util.tree_unflatten(tree, ls))), full)
+        else:
+            axes = jax.tree_util.tree_unflatten(tree, [0 if b else None for b in batched])
+            out = jax.vmap(lambda p, a, r: _row(static, p, a, *r), in_axes=axes)(*args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return row
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _differentiable_row(static: _RowSettings, params, alphas, rest):
+    return _mapped_row(static)(params, alphas, rest)
+
+
+@_differentiable_row.defjvp
+def _row_jvp(static: _RowSettings, primals, tangents):
+    """The row and its tangent: every point's by `static.config.adjoint` (`phasejax.theory.adjoint`), one point at
+    a time."""
+    params, alphas, rest = primals
+    dparams, dalphas, _ = tangents
+    out = _mapped_row(static)(params, alphas, rest)
+    d_out = zero_tangent(out)
+    adjoint = static.config.adjoint
+    if isinstance(adjoint, NoAdjoint):
+        return out, d_out
+    init, scheme, _ = rest
+    outs, _, _, points = out
+    unravel = ravel_pytree(init.overlaps)[1]
+
+    def one(point_in):
+        alpha, dalpha, point = point_in
+        problem = SEProblem(params.replace(alpha=alpha), scheme, init._replace(overlaps=unravel(point.x)), point.frame,
+                            static.approximation)
+        return adjoint.tangent(problem, point, dparams.replace(alpha=dalpha), static.config.psd_tol)
+
+    dx, dobs = jax.lax.map(one, (alphas, dalphas, points))
+    results = outs if static.replicon_tie_width is None else outs[0]
+    d_results = zero_tangent(results).replace(
+        overlaps=jax.vmap(unravel)(dx), hats=dobs.hats, train_loss=dobs.train_loss, test_error=dobs.test_error,
+        energetic_loss=dobs.energetic_loss, sigma=jnp.broadcast_to(dparams.sigma, results.sigma.shape))
+    d_outs = d_results if static.replicon_tie_width is None else (d_results, d_out[0][1])
+    return out, (d_outs,) + tuple(d_out[1:])

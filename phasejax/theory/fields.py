@@ -25,7 +25,6 @@ import jax.numpy as jnp
 from flax import struct
 
 from phasejax.theory import small_linalg
-from phasejax.theory.params import TiedAttentionParams
 
 Array = jax.Array
 
@@ -42,12 +41,15 @@ class Overlaps:
 
 @struct.dataclass
 class Hats:
-    """Conjugate parameters per token: `qhat (L, r, r)`, `mhat (L, r)`, `Vhat (L, r, r)`, `thetahat (L, r, t)`."""
+    """Conjugate parameters per token: `qhat (L, r, r)`, `mhat (L, r)`, `Vhat (L, r, r)`, `thetahat (L, r, t)`; and
+    `Mhat (K, r)` where the quadrature's nodes carry their own positional encodings (a label mixture: then
+    `Mhat` is the average of `C_node^T f_node`, not `C^T mhat`), else `None`."""
 
     qhat: Array
     mhat: Array
     Vhat: Array
     thetahat: Array
+    Mhat: Array | None = None
 
 
 def zero_hats(params: TiedAttentionParams, dtype=jnp.float64) -> Hats:
@@ -118,8 +120,8 @@ class FieldMaps:
 
     Attributes:
       sqrt_q0, pinv_sqrt_q0: `(r, r)`; B: `(t, r)` `theta0 q0^{-1/2}`;
-      sqrt_Rn, pinv_sqrt_Rn: `(t, t)`; m_tokens: `(L, r)` `C m`;
-      valid: `()` bool, the state is a valid Gaussian-field state.
+      sqrt_Rn, pinv_sqrt_Rn: `(t, t)`; m_tokens: `(L, r)` `C m`; m: `(K, r)` (for nodes with their own
+      encodings); valid: `()` bool, the state is a valid Gaussian-field state.
     """
 
     sqrt_q0: Array
@@ -128,6 +130,7 @@ class FieldMaps:
     sqrt_Rn: Array
     pinv_sqrt_Rn: Array
     m_tokens: Array
+    m: Array
     valid: Array
 
 
@@ -150,7 +153,7 @@ def field_maps(ov: Overlaps, params: TiedAttentionParams | None, psd_tol: float 
     valid = finite & (q0_min >= -psd_tol) & (Rn_min >= -psd_tol) & (V0_min > 0) & theta_in_range
     m_tokens = ov.m if params is None else params.C @ ov.m
     return FieldMaps(sqrt_q0=sqrt_q0, pinv_sqrt_q0=pinv_sqrt_q0, B=B, sqrt_Rn=sqrt_Rn,
-                     pinv_sqrt_Rn=pinv_sqrt_Rn, m_tokens=m_tokens, valid=valid)
+                     pinv_sqrt_Rn=pinv_sqrt_Rn, m_tokens=m_tokens, m=ov.m, valid=valid)
 
 
 def split_node(z: Array, params: TiedAttentionParams) -> tuple[Array, Array]:
@@ -159,15 +162,16 @@ def split_node(z: Array, params: TiedAttentionParams) -> tuple[Array, Array]:
     return z[: L * r].reshape(L, r), z[L * r:].reshape(L, t)
 
 
-def gaussian_fields(maps: FieldMaps, params: TiedAttentionParams, xi: Array, eta: Array) -> tuple[Array, Array]:
-    """`omega (L, r)` and `h* (L, t)` at one node `xi (L, r)`, `eta (L, t)`."""
-    s = params.sigma[:, None]
-    omega = s * (xi @ maps.sqrt_q0.T) + maps.m_tokens
-    hstar = s * (xi @ maps.B.T + eta @ maps.sqrt_Rn.T)
-    return omega, hstar
+def student_field(maps: FieldMaps, params: TiedAttentionParams, xi: Array, encoding: Array | None = None) -> Array:
+    """`omega (L, r) = sigma_l q0^{1/2} xi_l + m_l` at one node `xi (L, r)` (the module docstring's formula, the only
+    place it is written); `m_l = (C m)_l`, or `(encoding m)_l` for a node with its own encodings `encoding (L, K)`."""
+    m_tokens = maps.m_tokens if encoding is None else encoding @ maps.m
+    return params.sigma[:, None] * (xi @ maps.sqrt_q0.T) + m_tokens
 
 
-def sample_loss(h: Array, target_matrix: Array, params: TiedAttentionParams) -> Array:
-    """Per-sample loss `ell = 1/2 tr[(T - S(h)) D (T - S(h))^T]`, `D = diag(sigma^2)`; `h (L, r)`, `T (L, L)`."""
-    diff = target_matrix - params.student(h, params)
-    return 0.5 * jnp.sum(diff**2 * (params.sigma**2)[None, :])
+def gaussian_fields(maps: FieldMaps, params: TiedAttentionParams, xi: Array, eta: Array,
+                    encoding: Array | None = None) -> tuple[Array, Array]:
+    """`omega (L, r)` (`student_field`) and `h* (L, t) = sigma_l (B xi_l + Rn^{1/2} eta_l)` at one node `xi (L, r)`,
+    `eta (L, t)`."""
+    hstar = params.sigma[:, None] * (xi @ maps.B.T + eta @ maps.sqrt_Rn.T)
+    return student_field(maps, params, xi, encoding), hstar

@@ -45,7 +45,7 @@ def sample_loss_gram(h: Array, G: Array, Y: Array, c: Array, params: TiedAttenti
 def gram_risk(Q: Array, inputs: GAMPInputs, params: TiedAttentionParams, mask: Array | None = None) -> Array:
     """`R(Q)` of the tied student through the per-sample Gram matrices (docs/theory.md, sections 1, 7).
 
-    Equal to `phasejax.theory.gamp.empirical_risk` but touches the `(n, L, d)` data once per
+    Equal to `phasejax.empirics.gamp.empirical_risk` but touches the `(n, L, d)` data once per
     evaluation (`h = xt Q / sqrt(d)`) instead of forming `(n, L, d)`
     predictions; `mask (n,)` drops padded samples (`where`, so their values
     never enter).

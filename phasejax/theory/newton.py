@@ -50,6 +50,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from phasejax.solvers import Status, iterate
+from phasejax.theory.adjoint import AbstractAdjoint, ImplicitAdjoint, observables
 from phasejax.theory.branches import free_mask
 from phasejax.theory.fields import field_maps
 from phasejax.theory.params import params_are_valid
@@ -94,6 +95,8 @@ class SEConfig:
         (which lead to fixed points that plain damped iteration can reach), Newton steps near it. `0`: pure Newton.
       psd_tol: tolerance of the validity checks (`q0`, `V0`, `I - theta0 q0^{-1} theta0^T`).
       errors: estimate quadrature errors from the scheme's replicas (when it has any).
+      adjoint: how a solve is differentiated (`phasejax.theory.adjoint`): `ImplicitAdjoint()` (default; the
+        implicit function theorem at the fixed point) or `NoAdjoint()` (outputs are constants).
     """
 
     tol: float = 1e-7
@@ -104,6 +107,7 @@ class SEConfig:
     kappa: float = 5.0
     psd_tol: float = PSD_TOL
     errors: bool = True
+    adjoint: AbstractAdjoint = ImplicitAdjoint()
 
     def __post_init__(self):
         if not self.tol > 0:
@@ -120,6 +124,8 @@ class SEConfig:
             raise ValueError(f"psd_tol must be >= 0, got {self.psd_tol}")
         if not self.kappa >= 0:
             raise ValueError(f"kappa must be >= 0, got {self.kappa}")
+        if not isinstance(self.adjoint, AbstractAdjoint):
+            raise ValueError(f"adjoint must be an AbstractAdjoint (ImplicitAdjoint(), NoAdjoint()), got {self.adjoint!r}")
 
 
 class SEState(NamedTuple):
@@ -156,6 +162,8 @@ class SEState(NamedTuple):
     first_stage: Array      # () the stage an orienting step (stage -1) hands over to (0 or 1)
     field_warm: Array        # () bool: no node minimisers yet: the next evaluation starts every node at its field
     pass_index: Array        # () the error passes done after the solve ended (`NewtonSE.passes`)
+    with_passes: Array       # () bool: the passes run (else the solve ends with its last evaluation)
+    sens: object             # with `sensitivity`: the accepted evaluation's Jacobians in the parameters (else None)
     sums: object             # PassSums of the passes (None without passes)
 
 
@@ -197,7 +205,7 @@ def newton_lm_step(x, Fx, J, free, mu, max_step):
 @jax.named_scope("orientations")
 def orientations(problem: SEProblem, x: Array):
     """The scheme's orientations at the overlaps `x`: `(frame, replica frames)`, or `None` for a rule without."""
-    return problem.scheme.orientations(problem.unravel()(jax.lax.stop_gradient(x)), problem.params)
+    return jax.lax.stop_gradient(problem.scheme.orientations(problem.unravel()(x), problem.params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,15 +233,21 @@ class NewtonSE:
         kappas, as in the census).
       replicon_tie_width: `None` (no replicon), or the smoothing (static) of the replicon the passes compute
         (`phasejax.theory.replicon`; with the multi-start map only).
+      sensitivity: names of scalar fields of the parameters (e.g. `("alpha", "omega")`, static) whose
+        derivatives the solve carries: every evaluation's Jacobian then also has their columns (one `jacfwd` with
+        `n + k` tangents), and `sensitivities` gives the fixed point's derivatives from the last one at no further
+        evaluation (at the orientation the solve used: an outer search's derivatives, not
+        `phasejax.theory.adjoint`'s, which follow the orientation too).
     """
 
     config: SEConfig
     kappa: object = None
     replicon_tie_width: float | None = None
+    sensitivity: tuple = ()
 
     def _wants(self, problem: SEProblem) -> tuple[bool, bool]:
         """`(errors, replicon)`: whether the passes give error bars and the replicon."""
-        n_rep = int(getattr(problem.scheme, "n_replicas", 0) or 0)
+        n_rep = int(problem.scheme.n_replicas)
         replicon = self.replicon_tie_width is not None and problem.approximation.alternates
         return self.config.errors and n_rep >= 2, replicon
 
@@ -244,17 +258,27 @@ class NewtonSE:
 
     def _map_and_jac(self, problem: SEProblem, x, warm, alt_mode, frame, copy=None, given_starts=None,
                      field_warm=False):
+        """`(J, J_open, ev, nodes, weights, sens)`: the map and its Jacobians at `x`; `sens` (`None` without
+        `sensitivity`) the Jacobians of `(F, ravel(hats), E[M])` in `(x, theta)` (`Sensitivity`'s raw parts)."""
         gauge = problem.init.gauge
+        names = self.sensitivity
+        theta0 = jnp.stack([jnp.asarray(getattr(problem.params, n), x.dtype) for n in names]) if names else None
 
-        def F(x_):
-            ev, nodes, weights = evaluate_map(problem, x_, warm, alt_mode, self.config.psd_tol, frame=frame,
+        def F(x_, theta=None):
+            prob = problem if theta is None else problem.replace(
+                params=problem.params.replace(**{n: theta[i] for i, n in enumerate(names)}))
+            ev, nodes, weights = evaluate_map(prob, x_, warm, alt_mode, self.config.psd_tol, frame=frame,
                                               copy=copy, given_starts=given_starts, field_warm=field_warm)
             if gauge is not None:   # gauge-fixed coordinates stay where they are
                 ev = ev._replace(Fx=jnp.where(gauge, x_, ev.Fx))
-            return (ev.Fx, ev.Fx_open), (ev, nodes, weights)
+            extra = () if theta is None else (ravel_pytree(ev.hats)[0], ev.envelope)
+            return (ev.Fx, ev.Fx_open) + extra, (ev, nodes, weights)
 
-        (J, J_open), (ev, nodes, weights) = jax.jacfwd(F, has_aux=True)(x)
-        return J, J_open, ev, nodes, weights
+        if not names:
+            (J, J_open), (ev, nodes, weights) = jax.jacfwd(F, has_aux=True)(x)
+            return J, J_open, ev, nodes, weights, None
+        ((J, JF_t), (J_open, _), dh, de), (ev, nodes, weights) = jax.jacfwd(F, argnums=(0, 1), has_aux=True)(x, theta0)
+        return J, J_open, ev, nodes, weights, (JF_t, dh, de)
 
     def _pass_sums(self, problem: SEProblem, x, nodes, weights, copy) -> tuple[PassSums, Array]:
         """`(PassSums, owned (R,))` of one pass: every row of the copy's weights (`pass_rows`), and which rows the
@@ -270,7 +294,7 @@ class NewtonSE:
         return PassSums(hats=hats, envelope=rows @ nodes.envelope, replicon=moments), owned
 
     def init(self, problem: SEProblem, warm: Array | None = None, *, orient_first=False, cap_solve=None,
-             retry=False, cold=None) -> SEState:
+             retry=False, cold=None, passes=True) -> SEState:
         """The state before the first evaluation, at `problem.init`.
 
         Args:
@@ -282,6 +306,9 @@ class NewtonSE:
           cold: (may be traced; default: `warm is None`) neither `problem.frame` nor `warm` holds anything yet: a
             first step orients the rule at the start (stage -1, the same traced orientation as at a stage's end;
             an adaptive rule) and the first evaluation starts every node at its field `omega`.
+          passes: (may be traced) make the error passes after the solve (default); `False` skips them (the errors
+            and the replicon are then NaN): one traced solver serves the iterations of an outer search, which need
+            no error bars, and its last solve, which does.
         """
         cfg = self.config
         ov = problem.init.overlaps
@@ -297,9 +324,11 @@ class NewtonSE:
 
         def shapes():            # what an evaluation and a pass give (traced for their shapes only)
             ev, nodes, weights = evaluate_map(problem, x0, warm, 0, cfg.psd_tol, copy=0)
-            return ev, (self._pass_sums(problem, x0, nodes, weights, 0)[0] if self.passes(problem) else None)
+            sums = self._pass_sums(problem, x0, nodes, weights, 0)[0] if self.passes(problem) else None
+            sens = self._map_and_jac(problem, x0, warm, 0, problem.frame)[5] if self.sensitivity else None
+            return ev, sums, sens
 
-        ev0, sums0 = zeros(jax.eval_shape(shapes))
+        ev0, sums0, sens0 = zeros(jax.eval_shape(shapes))
         ends_shape = jax.eval_shape(lambda: orientations(problem, x0))
         frames_end = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), ends_shape)
         status0 = jnp.where(params_are_valid(problem.params), Status.RUNNING, Status.INVALID_INPUT).astype(jnp.int32)
@@ -318,7 +347,9 @@ class NewtonSE:
                        stage_it=i32(0),
                        cap=jnp.where(orient_first, cfg.max_iter, cap_solve).astype(jnp.int32), cap_solve=cap_solve,
                        retry=jnp.asarray(retry, bool), frame=problem.frame, frames_end=frames_end,
-                       first_stage=first_stage, field_warm=cold, pass_index=i32(0), sums=sums0)
+                       first_stage=first_stage, field_warm=cold,
+                       pass_index=jnp.where(passes, 0, len(self.passes(problem))).astype(jnp.int32),
+                       with_passes=jnp.asarray(passes, bool), sens=sens0, sums=sums0)
 
     def _valid(self, problem: SEProblem, x):
         return field_maps(problem.unravel()(x), problem.params, self.config.psd_tol).valid
@@ -357,8 +388,8 @@ class NewtonSE:
 
         def evaluate():
             """`(J, J_open, ev, sums)`: the map and its Jacobian at `x`, and the sums with a pass's rows added."""
-            J, J_open, ev, nodes, weights = self._map_and_jac(problem, x, state.warm, alt_mode, frame, copy, given,
-                                                              state.field_warm)
+            J, J_open, ev, nodes, weights, sens = self._map_and_jac(problem, x, state.warm, alt_mode, frame, copy,
+                                                                    given, state.field_warm)
             sums = state.sums
             if passes:
                 def collect():
@@ -367,13 +398,13 @@ class NewtonSE:
                         lambda a, b: jnp.where(owned.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, state.sums)
 
                 sums = jax.lax.cond(passing, collect, lambda: state.sums)
-            return J, J_open, ev, sums
+            return J, J_open, ev, sums, sens
 
         if state.frame is None:
-            J, J_open, ev, sums = evaluate()
+            J, J_open, ev, sums, sens = evaluate()
         else:            # an orienting step evaluates nothing
-            J, J_open, ev, sums = jax.lax.cond(orienting, lambda: (state.jac, state.jac_open, state.ev, state.sums),
-                                               evaluate)
+            J, J_open, ev, sums, sens = jax.lax.cond(
+                orienting, lambda: (state.jac, state.jac_open, state.ev, state.sums, state.sens), evaluate)
         ok = (self._valid(problem, x) & jnp.all(jnp.isfinite(ev.Fx)) & jnp.all(jnp.isfinite(J))
               & jnp.all(jnp.isfinite(ev.h)))
         residual = _scaled_residual(x, ev.Fx, free)
@@ -432,6 +463,7 @@ class NewtonSE:
             ev=jax.tree_util.tree_map(sel, ev, state.ev),
             jac=sel(J, state.jac),
             jac_open=sel(J_open, state.jac_open),
+            sens=None if sens is None else jax.tree_util.tree_map(sel, sens, state.sens),
             residual=jnp.where(switch, jnp.inf, sel(residual, state.residual)),
             prev_residual=jnp.where(switch, jnp.inf, sel(state.residual, state.prev_residual)),
             mu=jnp.where(switch, 0.0, jnp.where(running, boost, state.mu)),
@@ -453,6 +485,7 @@ class NewtonSE:
             first_stage=state.first_stage,
             field_warm=state.field_warm & ~keep,
             pass_index=state.pass_index,
+            with_passes=state.with_passes,
             sums=state.sums,
         )
         if state.frame is not None:      # an orienting step only orients the rule and hands over to the solve
@@ -520,14 +553,12 @@ def postprocess(solver: NewtonSE, problem: SEProblem, state: SEState):
     free = free_mask(ib)
     held = ~free_mask(ib, with_gauge=False)
     rule = ev.rule                     # the main rule the accepted evaluation used
-    e_t = training_loss(ov, ev.hats, ev.envelope, params)
-    eps_g = test_error(ov, params, rule)
-    e_direct = params.alpha * ev.loss + 0.5 * params.lam * jnp.trace(ov.q0)
+    e_t, eps_g, e_direct = observables(problem, x, ev, rule)[1:]
     stability = _spectral_abscissa(state.jac, free)
     gain = _spectral_abscissa(state.jac_open, held)   # out of the subspace: the unconstrained map's Jacobian
 
     nan = jnp.asarray(jnp.nan, x.dtype)
-    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    n_rep = int(scheme.n_replicas)
     n = x.shape[0]
     both = free[:, None] & free[None, :]
     A = jnp.where(both, jnp.eye(n, dtype=x.dtype) - state.jac, jnp.eye(n, dtype=x.dtype))
@@ -537,6 +568,7 @@ def postprocess(solver: NewtonSE, problem: SEProblem, state: SEState):
     solver_g = jnp.abs(test_error(unravel(x + delta), params, rule) - eps_g)
     err_x = jnp.full_like(x, jnp.nan)
     err_e = err_g = nan
+    es = gs = jnp.full((n_rep if cfg.errors else 0,), jnp.nan, x.dtype)
     want_errors, want_replicon = solver._wants(problem)
     shares = bool(scheme.shares_main_nodes)
     sums = state.sums
@@ -561,12 +593,64 @@ def postprocess(solver: NewtonSE, problem: SEProblem, state: SEState):
 
     invalid = (state.status == Status.INVALID_ITERATE) | (state.status == Status.INVALID_INPUT)
     blank = lambda v: jnp.where(invalid, jnp.nan, v)  # noqa: E731
+    no_passes = lambda v: jnp.where(state.with_passes, v, jnp.nan)  # noqa: E731
+    err_x, err_e, err_g, es, gs = (no_passes(v) for v in (err_x, err_e, err_g, es, gs))
+    if replicon is not None:
+        replicon = jax.tree_util.tree_map(no_passes, replicon)
     errors = SEErrors(overlaps=unravel(blank(err_x + solver_x)), train_loss=blank(err_e),
                       test_error=blank(err_g + solver_g), solver_overlaps=unravel(blank(solver_x)),
-                      solver_test_error=blank(solver_g), n_replicas=n_rep if cfg.errors else 0)
+                      solver_test_error=blank(solver_g), train_loss_replicas=blank(es),
+                      test_error_replicas=blank(gs + solver_g), n_replicas=n_rep if cfg.errors else 0)
     result = SEResult(overlaps=ov, hats=ev.hats, test_error=blank(eps_g), train_loss=blank(e_t),
                       energetic_loss=blank(e_direct), residual=state.residual, iterations=state.it,
                       status=state.status, converged=state.status == Status.CONVERGED, stability=blank(stability),
                       subspace_gain=blank(gain), prox_grad_norm=ev.prox_grad_norm,
                       prox_unconverged=ev.prox_unconverged, sigma=params.sigma, errors=errors)
     return result, replicon
+
+
+class Sensitivity(NamedTuple):
+    """Derivatives of a solve's fixed point in the solver's `sensitivity` parameters (`k` of them): the overlaps
+    `dx (k, n)`, the training loss `train_loss (k,)` and the test error `test_error (k,)`; NaN where it did not
+    converge."""
+
+    dx: Array
+    train_loss: Array
+    test_error: Array
+
+
+def sensitivities(solver: NewtonSE, problem: SEProblem, state: SEState) -> Sensitivity:
+    """The fixed point's derivatives in `solver.sensitivity` from the solve's last accepted evaluation: `dx = (I -
+    J)^{-1} dF/dtheta` on the branch's free coordinates, and the training loss and the test error along it (the
+    free energy with the hats' and the envelope's derivatives; the test error on the rule the solve used,
+    re-evaluated along `(dx, theta)`: no proximal problem is solved again)."""
+    names = solver.sensitivity
+    if not names:
+        raise ValueError("the solver has no `sensitivity`: make it with NewtonSE(..., sensitivity=('alpha', ...))")
+    params, ib = problem.params, problem.init
+    x = state.x_eval
+    n, k = x.shape[0], len(names)
+    JF_t, (dh_x, dh_t), (de_x, de_t) = state.sens
+    free = free_mask(ib)
+    eye = jnp.eye(n, dtype=x.dtype)
+    A = jnp.where(free[:, None] & free[None, :], eye - state.jac, eye)
+    dx = jnp.where(free[:, None], jnp.linalg.solve(A, jnp.where(free[:, None], JF_t, 0.0)), 0.0)   # (n, k)
+    dhats = dh_x @ dx + dh_t
+    denv = de_x @ dx + de_t
+    unravel, unravel_hats = problem.unravel(), ravel_pytree(state.ev.hats)[1]
+    theta0 = jnp.stack([jnp.asarray(getattr(params, nm), x.dtype) for nm in names])
+    with_theta = lambda th: params.replace(**{nm: th[i] for i, nm in enumerate(names)})  # noqa: E731
+
+    def losses(x_, h_, env_, th):
+        p = with_theta(th)
+        ov = unravel(x_)
+        rule = problem.scheme.main(ov, p, state.frame)
+        return jnp.stack([training_loss(ov, unravel_hats(h_), env_, p), test_error(ov, p, rule)])
+
+    h0 = ravel_pytree(state.ev.hats)[0]
+    basis = jnp.eye(k, dtype=x.dtype)
+    d = jax.vmap(lambda j: jax.jvp(losses, (x, h0, state.ev.envelope, theta0),
+                                   (dx[:, j], dhats[:, j], denv[j], basis[j]))[1])(jnp.arange(k))     # (k, 2)
+    ok = state.status == Status.CONVERGED
+    nan = lambda v: jnp.where(ok, v, jnp.nan)  # noqa: E731
+    return Sensitivity(dx=nan(dx.T), train_loss=nan(d[:, 0]), test_error=nan(d[:, 1]))

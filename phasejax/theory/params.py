@@ -4,6 +4,9 @@
 `lam`, `sigma`, `A`, `C`) can be vmapped over; its static fields (`r`, `t`,
 `target`, `student`) select the model and are part of the compilation key.
 
+The per-sample loss (`phasejax.theory.losses`, default the square loss) and the penalty of the weights
+(`phasejax.theory.penalties`, default ridge) are declared objects, static fields too.
+
 The target `T` and student `S` are plain functions
 ``fn(H, params) -> (L, L)`` with ``H`` of shape ``(L, t)`` (target) or
 ``(L, r)`` (student); they may read any array field of ``params`` (the mixed
@@ -21,6 +24,9 @@ import numpy as np
 from flax import struct
 
 from phasejax.precision import uses_float64
+from phasejax.theory.attention import dot_product_attention, dot_product_student, mixed_target  # noqa: F401
+from phasejax.theory.losses import SampleLoss, SquareLoss
+from phasejax.theory.penalties import Penalty, Ridge
 
 Array = jax.Array
 
@@ -28,22 +34,6 @@ PAPER_A = ((0.6, 0.4), (0.4, 0.6))
 """The paper's standard positional matrix `A` (docs/theory.md, section 1)."""
 PAPER_A_ASYMMETRIC = ((0.3, 0.7), (0.8, 0.2))
 """The paper's second example of `A`."""
-
-
-def dot_product_attention(H: Array) -> Array:
-    """Row-wise softmax of `H H^T` for `H` of shape `(L, k)`; stable (max-subtracted)."""
-    return jax.nn.softmax(H @ H.T, axis=-1)
-
-
-def mixed_target(hstar: Array, params: "TiedAttentionParams") -> Array:
-    """Paper's target `T(H) = (1 - omega) softmax(H H^T) + omega A`, shape `(L, L)`."""
-    return (1.0 - params.omega) * dot_product_attention(hstar) + params.omega * params.A
-
-
-def dot_product_student(h: Array, params: "TiedAttentionParams") -> Array:
-    """Tied dot-product attention student `S(H) = softmax(H H^T)`, shape `(L, L)`."""
-    del params
-    return dot_product_attention(h)
 
 
 @struct.dataclass
@@ -61,6 +51,9 @@ class TiedAttentionParams:
       t: teacher rank (static).
       target: `T(hstar (L, t), params) -> (L, L)` (static).
       student: `S(h (L, r), params) -> (L, L)` (static).
+      loss: the per-sample loss, a `phasejax.theory.losses.SampleLoss` (static; default `SquareLoss()`).
+      penalty: the penalty of the weights, a `phasejax.theory.penalties.Penalty` (static; default `Ridge()`, with
+        `lam` its strength).
     """
 
     alpha: Array
@@ -73,6 +66,8 @@ class TiedAttentionParams:
     t: int = struct.field(pytree_node=False, default=1)
     target: Callable = struct.field(pytree_node=False, default=mixed_target)
     student: Callable = struct.field(pytree_node=False, default=dot_product_student)
+    loss: SampleLoss = struct.field(pytree_node=False, default=SquareLoss())
+    penalty: Penalty = struct.field(pytree_node=False, default=Ridge())
 
     @property
     def L(self) -> int:
@@ -96,6 +91,11 @@ def validate_params(params: TiedAttentionParams) -> TiedAttentionParams:
     """
     if params.r < 1 or params.t < 1:
         raise ValueError(f"r and t must be >= 1, got r={params.r}, t={params.t}")
+    if not isinstance(params.loss, SampleLoss):
+        raise ValueError(f"loss must be a phasejax.theory.losses.SampleLoss (SquareLoss(), HuberLoss(delta)), got "
+                         f"{params.loss!r}")
+    if not isinstance(params.penalty, Penalty):
+        raise ValueError(f"penalty must be a phasejax.theory.penalties.Penalty (Ridge()), got {params.penalty!r}")
     sigma, A, C = params.sigma, params.A, params.C
     if sigma.ndim < 1:
         raise ValueError(f"sigma must have shape (L,), got shape {sigma.shape}")
@@ -147,6 +147,8 @@ def make_params(
     t: int = 1,
     target: Callable = mixed_target,
     student: Callable = dot_product_student,
+    loss: SampleLoss = SquareLoss(),
+    penalty: Penalty = Ridge(),
 ) -> TiedAttentionParams:
     """Build validated float64 parameters (float64 whatever the global JAX setting); defaults are the paper's setting.
 
@@ -156,7 +158,8 @@ def make_params(
     `alpha`, `omega`, `lam` may carry a leading batch axis for `jax.vmap`.
     `A` (the target's positional attention matrix) may hold any finite entries: its rows need not sum to
     one, and where they do not, the target's positional attention rows do not either (the target is then
-    not an attention map, but the theory holds unchanged); nonfinite entries raise `ValueError`.
+    not an attention map, but the theory holds unchanged); nonfinite entries raise `ValueError`. `loss` and
+    `penalty` declare the training loss and the penalty (`phasejax.theory.losses`, `phasejax.theory.penalties`).
 
     Example:
       >>> p = make_params(2.0, 0.3)            # paper setting at alpha=2, omega=0.3
@@ -188,6 +191,8 @@ def make_params(
         t=int(t),
         target=target,
         student=student,
+        loss=loss,
+        penalty=penalty,
     )
     return validate_params(params)
 

@@ -3,15 +3,21 @@
 `newton_minimize` minimises a smooth function of a small vector with a
 Levenberg-Marquardt-damped Newton method (exact `jax.hessian`, eigenvalue
 shift for indefinite Hessians, step accepted only if the objective does not
-increase) until its gradient is small; `newton_steps` takes a fixed number
-of the same steps (no while loop: under `vmap` no node waits for the
-slowest). `moreau_prox` runs `newton_minimize` from several starts and keeps
-the lowest objective. `moreau_minimizer` is the state evolution's prox: a
-fixed number of steps from a few starts, the lowest objective kept, and a
-custom JVP from the implicit function theorem at the optimum (so `jax.jvp`
-and `jax.jacfwd` of anything built on it never differentiate through the
-iterations); `moreau_minimizers` keeps every start (with the value's
-tangent from the envelope theorem) and `tie_weights` turns their values
+increase) until its gradient is small. `minimize_lanes` takes the same steps
+for many problems at once, each lane stopping when its gradient is below a
+tolerance or its steps reach a cap (lanes stepped side by side in blocks, so
+that a lane costs about the steps it needs; `minimize_dense` is the small
+program for a few lanes); `lowest_minima` and `all_minima` run it from every
+start of every quadrature node and keep the lowest minimum, or every one.
+
+The two entry points: `moreau_minimizer` is the prox of one node (the state
+evolution's, GAMP's): at most `n_steps`
+steps from each of a few starts, the lowest objective kept, and a custom JVP
+from the implicit function theorem at the optimum (so `jax.jvp` and
+`jax.jacfwd` of anything built on it never differentiate through the
+iterations); `moreau_minimizers` keeps every start (what the replicon and a
+smoothed selection read; with the value's tangent from the envelope theorem)
+and `tie_weights` turns their values
 into a smoothed selection, continuous across a tie between two basins.
 `envelope_derivatives` gives `f` and its derivatives at the
 optimum by the implicit function theorem. All are pure and vmappable (the
@@ -31,7 +37,6 @@ from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import block_diag
 
 from phasejax.theory import small_linalg
-from phasejax.theory.fields import sample_loss
 from phasejax.theory.params import TiedAttentionParams
 
 Array = jax.Array
@@ -45,7 +50,7 @@ class ProxResult:
       h: `(n,)` minimiser found.
       value: `()` objective at `h`.
       grad_norm: `()` max-abs gradient at `h` (the residual).
-      steps: `()` Newton steps taken (summed over starts for `moreau_prox`).
+      steps: `()` Newton steps taken.
       converged: `()` bool, `grad_norm <= tol`.
     """
 
@@ -269,96 +274,25 @@ def tie_weights(values: Array, width, minimisers: Array | None = None, same_tol:
     return jax.nn.softmax(z)
 
 
-def moreau_prox(
-    objective: Callable[[Array], Array], starts: Array, *, max_steps: int = 60, tol: float = 1e-10
-) -> ProxResult:
-    """Multi-start damped Newton: run `newton_minimize` from each row of `starts (S, n)`.
-
-    Keeps the start with the lowest finite objective. `steps` is the total
-    over starts.
-    """
-    runs = jax.vmap(lambda h0: newton_minimize(objective, h0, max_steps=max_steps, tol=tol))(starts)
-    values = jnp.where(jnp.isfinite(runs.value), runs.value, jnp.inf)
-    best = jnp.argmin(values)
-    pick = jax.tree_util.tree_map(lambda x: x[best], runs)
-    return pick.replace(steps=jnp.sum(runs.steps))
-
-
 # ----------------------------------------------------------------------------
 # The state evolution's proximal objective (theory notes, section 3)
 # ----------------------------------------------------------------------------
 
 
 def moreau_objective(h_flat: Array, theta) -> Array:
-    """`sum_l 1/2 (h_l - omega_l)^T V_l^{-1} (h_l - omega_l) + ell(h, T)`; `theta = (omega (L, r), T (L, L), V_inv (L, r, r), params)`."""
+    """`sum_l 1/2 (h_l - omega_l)^T V_l^{-1} (h_l - omega_l) + ell(h, T)` with the model's loss `ell = params.loss`;
+    `theta = (omega (L, r), T (L, L), V_inv (L, r, r), params)`."""
     omega, T, V_inv, params = theta
     h = h_flat.reshape(omega.shape)
     dh = h - omega
-    return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + sample_loss(h, T, params)
-
-
-def _pair_parts(h_flat: Array, theta):
-    """The scalars both closed forms share: `h = (a, b)`, `u_i = S_ii = sigmoid(z_i)` with `z_1 = a (a - b)`,
-    `z_2 = b (b - a)`, the quadratic term's weights `v_l = V_inv[l]` and offsets `dh_l = h_l - omega_l`, and
-    the loss `1/2 sum_ij (T_ij - S_ij)^2 sigma_j^2` (written out component by component: no small matrix
-    products, so that a vectorised caller compiles to a few fused loops)."""
-    omega, T, V_inv, params = theta
-    s2 = params.sigma**2
-    a, b = h_flat[0], h_flat[1]
-    u1, u2 = jax.nn.sigmoid(a * (a - b)), jax.nn.sigmoid(b * (b - a))
-    v1, v2 = V_inv[0, 0, 0], V_inv[1, 0, 0]
-    d1, d2 = a - omega[0, 0], b - omega[1, 0]
-    loss = 0.5 * ((T[0, 0] - u1) ** 2 * s2[0] + (T[0, 1] - (1.0 - u1)) ** 2 * s2[1]
-                  + (T[1, 0] - (1.0 - u2)) ** 2 * s2[0] + (T[1, 1] - u2) ** 2 * s2[1])
-    return a, b, u1, u2, v1, v2, d1, d2, loss
-
-
-def pair_dot_product_derivatives(h_flat: Array, theta) -> tuple[Array, Array, Array]:
-    """Closed-form value, gradient `(2,)` and Hessian `(2, 2)` of `moreau_objective` for `L = 2`, `r = 1`
-    and the dot-product student `S(h) = softmax(h h^T)`.
-
-    With `h = (a, b)`, `S_11 = sigmoid(z_1)`, `z_1 = a (a - b)`, `S_22 = sigmoid(z_2)`,
-    `z_2 = b (b - a)` and rows summing to one, the loss is
-    `ell = 1/2 Sigma [(S_11 - c_1)^2 + (S_22 - c_2)^2] + const` with `Sigma = sigma_1^2 + sigma_2^2`,
-    `c_1 = (T_11 sigma_1^2 + (1 - T_12) sigma_2^2) / Sigma`, `c_2 = ((1 - T_21) sigma_1^2 + T_22 sigma_2^2) / Sigma`;
-    the chain rule through `z_1, z_2` (gradients `(2a - b, -a)` and `(-b, 2b - a)`, Hessians
-    `[[2, -1], [-1, 0]]` and `[[0, -1], [-1, 2]]`) gives the gradient and Hessian. The value is computed directly.
-    """
-    omega, T, V_inv, params = theta
-    s2 = params.sigma**2
-    Sig = s2[0] + s2[1]
-    a, b, u1, u2, v1, v2, d1, d2, loss = _pair_parts(h_flat, theta)
-    c1 = (T[0, 0] * s2[0] + (1.0 - T[0, 1]) * s2[1]) / Sig
-    c2 = ((1.0 - T[1, 0]) * s2[0] + T[1, 1] * s2[1]) / Sig
-    du1, du2 = u1 * (1.0 - u1), u2 * (1.0 - u2)
-    p1, p2 = Sig * (u1 - c1) * du1, Sig * (u2 - c2) * du2                          # d ell / d z_i
-    q1 = Sig * (du1**2 + (u1 - c1) * du1 * (1.0 - 2.0 * u1))                         # d2 ell / d z_i^2
-    q2 = Sig * (du2**2 + (u2 - c2) * du2 * (1.0 - 2.0 * u2))
-    ga, gb = 2.0 * a - b, 2.0 * b - a                                                # z_1' = (ga, -a), z_2' = (-b, gb)
-    grad = jnp.stack([p1 * ga - p2 * b + v1 * d1, -p1 * a + p2 * gb + v2 * d2])
-    h_aa = q1 * ga * ga + q2 * b * b + 2.0 * p1 + v1
-    h_ab = -q1 * ga * a - q2 * b * gb - p1 - p2
-    h_bb = q1 * a * a + q2 * gb * gb + 2.0 * p2 + v2
-    hess = jnp.stack([jnp.stack([h_aa, h_ab]), jnp.stack([h_ab, h_bb])])
-    value = 0.5 * (v1 * d1 * d1 + v2 * d2 * d2) + loss
-    return value, grad, hess
-
-
-def pair_dot_product_objective(h_flat: Array, theta) -> Array:
-    """`moreau_objective` in closed form for `L = 2`, `r = 1` and the dot-product student (see
-    `pair_dot_product_derivatives`); equal to the generic one, cheaper."""
-    _, _, _, _, v1, v2, d1, d2, loss = _pair_parts(h_flat, theta)
-    return 0.5 * (v1 * d1 * d1 + v2 * d2 * d2) + loss
+    return 0.5 * jnp.einsum("la,lab,lb->", dh, V_inv, dh) + params.loss(h, T, params)
 
 
 def closed_form_prox(params: TiedAttentionParams):
-    """`(objective, derivatives)` in closed form when they apply to `params` (`L = 2`, `r = 1`,
-    dot-product student), else `(moreau_objective, None)` (autodiff)."""
-    from phasejax.theory.params import dot_product_student
-
-    if params.L == 2 and params.r == 1 and params.student is dot_product_student:
-        return pair_dot_product_objective, pair_dot_product_derivatives
-    return moreau_objective, None
+    """`(objective, derivatives)` of the proximal problem: the loss's closed forms where it declares them
+    (`SampleLoss.prox_derivatives`), else `(moreau_objective, None)` (autodiff)."""
+    closed = params.loss.prox_derivatives(params)
+    return (moreau_objective, None) if closed is None else closed
 
 
 @struct.dataclass

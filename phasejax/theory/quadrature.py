@@ -18,6 +18,8 @@ dimensions from one rule. Two rules share the interface:
 
 from __future__ import annotations
 
+import abc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,10 +31,13 @@ Array = jax.Array
 
 @struct.dataclass
 class Quadrature:
-    """A quadrature rule for `N(0, I_D)`: `points (N, D)`, `weights (N,)`, sum of weights 1."""
+    """A quadrature rule for `N(0, I_D)`: `points (N, D)`, `weights (N,)`, sum of weights 1; optionally
+    `encodings (N, L, K)`, every node's own positional encodings (a mixture over label configurations, whose
+    weights are part of `weights`; `None`: every node has the model's `C`)."""
 
     points: Array
     weights: Array
+    encodings: Array | None = None
 
     @property
     def dim(self) -> int:
@@ -144,7 +149,11 @@ def _de_piece(lo: Array, hi: Array, n: int, shift, U: float) -> tuple[Array, Arr
     t = lo + (hi - lo) * sp
     tc = (1.0 - hi) + (hi - lo) * sm
     tiny = jnp.finfo(t.dtype).tiny
-    s = jnp.where(t < 0.5, _ndtri(jnp.maximum(t, tiny)), -_ndtri(jnp.maximum(tc, tiny)))
+    lower = t < 0.5
+    # each branch sees a harmless argument where it is not selected: the other branch's quantile near 1 has an
+    # infinite derivative, which reverse mode would multiply by the zero cotangent of the unselected branch (NaN)
+    s = jnp.where(lower, _ndtri(jnp.maximum(jnp.where(lower, t, 0.25), tiny)),
+                  -_ndtri(jnp.maximum(jnp.where(lower, 0.25, tc), tiny)))
     w = hu * jnp.pi * jnp.cosh(u) * sp * sm
     # normalised so that the piece's mass `hi - lo` is exact (a jump on the split is integrated exactly)
     return s, (hi - lo) * w / jnp.sum(w)
@@ -152,6 +161,63 @@ def _de_piece(lo: Array, hi: Array, n: int, shift, U: float) -> tuple[Array, Arr
 
 PIVOT_STARTS = ((0.7, -0.7), (0.7, 0.7), (1.5, -1.5), (1.5, 1.5), (2.5, -0.5), (0.5, -2.5))
 """Starts of the search for the minimiser at the pivot (`_pivot_normals`)."""
+
+
+def _pivot_problem(params, ov, hstar):
+    """The proximal problems at the pivot `omega = 0` for the teacher's fields `hstar (K, L, 1)`: `(objective,
+    (value, gradient, Hessian), node data (K, ...))` as `phasejax.theory.prox.minimize_dense` takes them."""
+    from phasejax.theory import small_linalg
+    from phasejax.theory.prox import closed_form_prox, lane_derivatives
+
+    objective, derivatives = closed_form_prox(params)
+    T = jax.vmap(lambda h: params.target(h, params))(hstar)                       # (K, L, L)
+    V_inv = small_linalg.inv(0.5 * (ov.V0 + ov.V0.T))[None] / (params.sigma**2)[:, None, None]
+    zero = jnp.zeros((params.L, 1), hstar.dtype)
+    obj = lambda h, th: objective(h, (zero, th[0], th[1], params))  # noqa: E731
+    der = lane_derivatives(obj, None if derivatives is None else
+                           (lambda h, th: derivatives(h, (zero, th[0], th[1], params))))
+    return obj, der, (T, jnp.broadcast_to(V_inv, (T.shape[0],) + V_inv.shape))
+
+
+@jax.custom_jvp
+def _pivot_minimisers(params, ov, hstar):
+    """`(h (K, 2), soft (K, 2))`: the lowest minimiser of the proximal problem at the pivot for every teacher
+    field `hstar (K, L, 1)` (damped Newton from `PIVOT_STARTS`, to rounding), and the softest eigenvector of the
+    Hessian there. `h` is differentiable by the implicit function theorem (`soft` is not)."""
+    from phasejax.theory.prox import minimize_dense
+
+    obj, der, (T, V_inv) = _pivot_problem(params, ov, hstar)
+    K = hstar.shape[0]
+    starts = jnp.asarray(PIVOT_STARTS, hstar.dtype)
+    S = starts.shape[0]
+    lanes = minimize_dense(obj, der, jnp.tile(starts, (K, 1)), (jnp.repeat(T, S, axis=0), jnp.repeat(V_inv, S, axis=0)),
+                           40, stop_tol=1e-12)
+    values = jnp.where(jnp.isfinite(lanes.f), lanes.f, jnp.inf).reshape(K, S)
+    best = jnp.argmin(values, axis=1)
+    h = lanes.h.reshape(K, S, 2)[jnp.arange(K), best]
+    H = lanes.H.reshape(K, S, 2, 2)[jnp.arange(K), best]
+    _, evecs = jnp.linalg.eigh(0.5 * (H + jnp.swapaxes(H, 1, 2)))
+    return h, evecs[:, :, 0]
+
+
+@_pivot_minimisers.defjvp
+def _pivot_minimisers_jvp(primals, tangents):
+    params, ov, hstar = primals
+    h, soft = _pivot_minimisers(params, ov, hstar)
+    obj, der, _ = _pivot_problem(params, ov, hstar)
+    grad = lambda hk, th: der(hk, th)[1]  # noqa: E731
+    data_of = lambda p, o, hs: _pivot_problem(p, o, hs)[2]  # noqa: E731
+    data, d_data = jax.jvp(data_of, primals, tangents)
+
+    def one(hk, th, dth):
+        H = der(hk, th)[2]
+        usable = jnp.all(jnp.isfinite(H)) & jnp.all(jnp.isfinite(hk))        # primal only: no tangent in a predicate
+        H = jnp.where(usable, 0.5 * (H + H.T), jnp.eye(H.shape[0], dtype=H.dtype))
+        _, dgrad = jax.jvp(lambda t: grad(hk, t), (th,), (dth,))
+        return jnp.where(usable, -jnp.linalg.solve(H, dgrad), 0.0)
+
+    dh = jax.vmap(one)(h, data, d_data)
+    return (h, soft), (dh, jnp.zeros_like(soft))
 
 
 def _pivot_normals(params, ov, hstar):
@@ -166,30 +232,10 @@ def _pivot_normals(params, ov, hstar):
     (`omega_l = sigma_l sqrt(q0) xi_l + m_l`), the normal is proportional to `sigma_l h_V,l`. A plane's normal has
     no sign, and which of the mirror minima is the lower is decided by rounding: the normal is returned with a
     non-negative first component (`n_0` is far from zero for the dot-product student's `h_V`), so the rule is
-    the same whatever the rounding.
+    the same whatever the rounding. Differentiable in `params`, `ov` and `hstar` (`h_V` by the implicit function
+    theorem; the softest eigenvector, where it is used, is held fixed).
     """
-    from phasejax.theory import small_linalg
-    from phasejax.theory.prox import closed_form_prox, lane_derivatives, minimize_dense
-
-    L = params.L
-    dtype = hstar.dtype
-    K = hstar.shape[0]
-    objective, derivatives = closed_form_prox(params)
-    T = jax.vmap(lambda h: params.target(h, params))(hstar)                       # (K, L, L)
-    V_inv = small_linalg.inv(0.5 * (ov.V0 + ov.V0.T))[None] / (params.sigma**2)[:, None, None]
-    zero = jnp.zeros((L, 1), dtype)
-    obj = lambda h, th: objective(h, (zero, th, V_inv, params))  # noqa: E731
-    der = lane_derivatives(obj, None if derivatives is None else
-                           (lambda h, th: derivatives(h, (zero, th, V_inv, params))))
-    starts = jnp.asarray(PIVOT_STARTS, dtype)
-    S = starts.shape[0]
-    lanes = minimize_dense(obj, der, jnp.tile(starts, (K, 1)), jnp.repeat(T, S, axis=0), 40, stop_tol=1e-12)
-    values = jnp.where(jnp.isfinite(lanes.f), lanes.f, jnp.inf).reshape(K, S)
-    best = jnp.argmin(values, axis=1)
-    h = lanes.h.reshape(K, S, 2)[jnp.arange(K), best]
-    H = lanes.H.reshape(K, S, 2, 2)[jnp.arange(K), best]
-    evals, evecs = jnp.linalg.eigh(0.5 * (H + jnp.swapaxes(H, 1, 2)))
-    soft = evecs[:, :, 0]
+    h, soft = _pivot_minimisers(params, ov, hstar)
     norm_h = jnp.linalg.norm(h, axis=1, keepdims=True)
     direction = jnp.where(norm_h > 1e-6, h / jnp.maximum(norm_h, 1e-300), soft)
     n = params.sigma[None] * direction
@@ -197,8 +243,85 @@ def _pivot_normals(params, ov, hstar):
     return jnp.where(n[:, :1] < 0, -n, n)
 
 
+class QuadratureScheme(abc.ABC):
+    """The interface of a state-evolution quadrature scheme: how the solver gets its nodes, their error replicas
+    and, for an adapted scheme, their orientation (theory notes, section 8).
+
+    A scheme is a frozen pytree (`flax.struct.dataclass`): its settings are static fields. What a subclass gives:
+
+    * `dim` (the dimension `L (r + t)` it integrates) and `size` (its number of nodes);
+    * `main(ov, params, frame=None) -> Quadrature`: the rule the solver iterates with, at overlaps `ov`;
+    * `copy_rule(ov, params, frame, copy) -> Quadrature`: copy `copy` of the rule (`0` the main rule, `k >= 1`
+      replica `k`; `copy` may be traced) whose nodes an error pass solves;
+    * `pass_copies(replicon) -> tuple[int, ...]`: the copies a solution's error passes solve, in order (with the
+      replicon, the main rule too where its minima are not otherwise at hand);
+    * `pass_rows(weights, copy) -> (rows (n_replicas + 1, N), owned (n_replicas + 1,))`: the weights of the main
+      rule (row 0) and of every replica on copy `copy`'s nodes, and which rows that copy holds;
+    * `replicas(ov, params, frame=None, replica_frames=None) -> (Quadrature, W (n_replicas, M))`: every replica's
+      nodes as one rule and each replica's weights on them (`None` without replicas).
+
+    and may override (the defaults describe a fixed, non-adapted rule without replicas):
+
+    * `n_replicas` (`0`: no error estimate), `shares_main_nodes` (the replicas are sub-rules of the main rule,
+      so the error analysis solves no new proximal problems), `adaptive` (oriented at the overlaps: a cold solve
+      takes two stages);
+    * `applies_to(params) -> bool` (which models it is built for);
+    * `frame(ov, params)` and `orientations(ov, params) -> (frame, replica frames)` (an adapted scheme's
+      orientation; `None` otherwise).
+
+    `as_scheme` accepts any instance; a subclass that lacks a required member cannot be made (the error names
+    it).
+    """
+
+    n_replicas = 0
+    shares_main_nodes = True
+    adaptive = False
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """The dimension `L (r + t)` the scheme integrates."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """The number of nodes of the main rule."""
+
+    def applies_to(self, params) -> bool:
+        """Whether the scheme is built for `params`' model (default: any)."""
+        return True
+
+    def frame(self, ov, params):
+        """The orientation at the overlaps `ov` (`None`: not adapted)."""
+        return None
+
+    def orientations(self, ov, params):
+        """`(frame, replica frames)` at `ov` (`None`: not adapted)."""
+        return None
+
+    @abc.abstractmethod
+    def main(self, ov, params, frame=None) -> Quadrature:
+        """The main rule at `ov` (oriented by `frame` where the scheme is adapted)."""
+
+    @abc.abstractmethod
+    def copy_rule(self, ov, params, frame, copy) -> Quadrature:
+        """Copy `copy` of the rule (`0` main, `k >= 1` replica `k`)."""
+
+    @abc.abstractmethod
+    def pass_copies(self, replicon: bool) -> tuple[int, ...]:
+        """The copies whose nodes a solution's error passes solve."""
+
+    @abc.abstractmethod
+    def pass_rows(self, weights: Array, copy) -> tuple[Array, Array]:
+        """`(rows, owned)`: every row of weights on copy `copy`'s nodes `weights (N,)`, and which rows it holds."""
+
+    @abc.abstractmethod
+    def replicas(self, ov, params, frame=None, replica_frames=None):
+        """`(Quadrature, W (n_replicas, M))` of every replica, or `None`."""
+
+
 @struct.dataclass
-class SplitProductRule:
+class SplitProductRule(QuadratureScheme):
     """The adapted rule of the two-token, rank-one model (`L = 2`, `r = t = 1`): converged and cheap.
 
     Where the prox's global minimiser switches basin (or moves steeply) the
@@ -289,11 +412,11 @@ class SplitProductRule:
         return EP.ravel(), EM.ravel(), (w[:, None] * w_e[None, :]).ravel()
 
     def frame(self, ov, params, eta_shift=0.5):
-        """The switch-plane normals `(K, 2)` at the `eta` nodes for overlaps `ov` (computed once per solve; not
-        differentiated: the rule's orientation changes only its error, not the integral)."""
+        """The switch-plane normals `(K, 2)` at the `eta` nodes for overlaps `ov`. Differentiable (the normals follow
+        the jump surface); the solver holds a frame fixed during a solve (the orientation changes only the rule's
+        error, not the integral), the adjoint differentiates it (`phasejax.theory.adjoint`)."""
         from phasejax.theory.fields import field_maps, gaussian_fields
 
-        ov = jax.lax.stop_gradient(ov)
         dtype = ov.q0.dtype
         u, v = self._uv(params)
         EP, EM, _ = self.eta_nodes(dtype, eta_shift)
@@ -351,7 +474,8 @@ class SplitProductRule:
         x, w = jnp.asarray(x, dtype), jnp.asarray(w / w.sum(), dtype)
         EP, EM, W_eta = self.eta_nodes(dtype, eta_shift)
         eta = EP[:, None] * v[None] + EM[:, None] * u[None]                         # (K, 2)
-        normal = jax.lax.stop_gradient(self.frame(ov, params, eta_shift) if frame is None else frame)  # (K, 2)
+        # the rule oriented at `ov` is a constant of the solve; a given frame is differentiated as given
+        normal = jax.lax.stop_gradient(self.frame(ov, params, eta_shift)) if frame is None else frame  # (K, 2)
         xi0 = self._pivot(ov, params)
         rot_c, rot_s = self._rotation(ov, params)
         along = jnp.stack([-normal[:, 1], normal[:, 0]], axis=1)
@@ -408,7 +532,7 @@ class SplitProductRule:
         as one `Quadrature` of `n_replicas N` nodes and their weights `(n_replicas, n_replicas N)`."""
         sh = jnp.asarray(self._shifts(), ov.q0.dtype)
         if replica_frames is None:                # the eta offsets move the eta nodes: every replica has its own
-            replica_frames = self.orientations(ov, params)[1]
+            replica_frames = jax.lax.stop_gradient(self.orientations(ov, params)[1])
         rules = jax.vmap(lambda f, e, p: self.rule(ov, params, f, e, p))(replica_frames, sh[:, 0], sh[:, 1])
         K, N = rules.weights.shape
         points = rules.points.reshape(K * N, -1)
@@ -425,7 +549,7 @@ def scrambled_sobol_points(dim: int, log2_n: int, seed: int) -> np.ndarray:
 
 
 @struct.dataclass
-class SobolRule:
+class SobolRule(QuadratureScheme):
     """Randomised quasi-Monte Carlo: the union of `n_replicas` independently scrambled Sobol rules.
 
     The state evolution iterates with the union (`n_replicas * 2**log2_n`
@@ -442,8 +566,6 @@ class SobolRule:
     n_replicas: int = struct.field(pytree_node=False, default=4)
     seed: int = struct.field(pytree_node=False, default=0)
 
-    shares_main_nodes = True
-    adaptive = False
 
     @classmethod
     def create(cls, dim: int, log2_n: int = 12, n_replicas: int = 4, seed: int = 0) -> "SobolRule":
@@ -461,12 +583,6 @@ class SobolRule:
     @property
     def size(self) -> int:
         return self.n_replicas * 2**self.log2_n
-
-    def frame(self, ov, params):
-        return None
-
-    def orientations(self, ov, params):
-        return None
 
     def main(self, ov, params, frame=None) -> Quadrature:
         n = self.points.shape[0]
@@ -494,14 +610,10 @@ class SobolRule:
 
 
 @struct.dataclass
-class FixedRule:
+class FixedRule(QuadratureScheme):
     """A fixed `Quadrature` used as a scheme (no adaptation, no replicas: errors are not estimated)."""
 
     quadrature: Quadrature
-
-    shares_main_nodes = True
-    adaptive = False
-    n_replicas = 0
 
     @property
     def dim(self) -> int:
@@ -510,12 +622,6 @@ class FixedRule:
     @property
     def size(self) -> int:
         return self.quadrature.size
-
-    def frame(self, ov, params):
-        return None
-
-    def orientations(self, ov, params):
-        return None
 
     def main(self, ov, params, frame=None) -> Quadrature:
         return self.quadrature
@@ -535,13 +641,13 @@ class FixedRule:
 
 
 def as_scheme(rule):
-    """A scheme from a `Quadrature` (wrapped in `FixedRule`) or a scheme (returned as is)."""
+    """A scheme from a `Quadrature` (wrapped in `FixedRule`) or a `QuadratureScheme` (returned as is)."""
     if isinstance(rule, Quadrature):
         return FixedRule(rule)
-    if isinstance(rule, (FixedRule, SobolRule, SplitProductRule)):
+    if isinstance(rule, QuadratureScheme):
         return rule
-    raise ValueError(f"quadrature must be a Quadrature or a scheme (SplitProductRule, SobolRule, FixedRule), "
-                     f"got {type(rule).__name__}")
+    raise ValueError(f"quadrature must be a Quadrature or a QuadratureScheme (SplitProductRule, SobolRule, "
+                     f"FixedRule, or a subclass), got {type(rule).__name__}")
 
 
 def default_scheme(params):
@@ -549,3 +655,15 @@ def default_scheme(params):
     if SplitProductRule.applies_to(params):
         return SplitProductRule()
     return SobolRule.create(params.L * (params.r + params.t), log2_n=12, n_replicas=4)
+
+
+def resolve_scheme(quadrature, params):
+    """The quadrature scheme: `default_scheme(params)` for `None`, a `Quadrature` as a `FixedRule`, or a scheme."""
+    scheme = default_scheme(params) if quadrature is None else as_scheme(quadrature)
+    dim = params.L * (params.r + params.t)
+    if scheme.dim != dim:
+        raise ValueError(f"quadrature has dimension {scheme.dim}, but L (r + t) = {dim}")
+    if not scheme.applies_to(params):
+        raise ValueError(f"quadrature {type(scheme).__name__} does not apply to L={params.L}, r={params.r}, "
+                         f"t={params.t}; use SobolRule")
+    return scheme

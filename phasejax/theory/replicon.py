@@ -95,7 +95,8 @@ class RepliconResult:
 
 def replicon_operator(second_moment: Array, V0: Array, params: TiedAttentionParams) -> Array:
     """The matrix `(r^2, r^2)` of `Delta -> R(Delta)` (row-major `vec`) from `second_moment (L, L, r^2, r^2)`,
-    the Gaussian average of `J_{l l'} (x) J_{l l'}` (Kronecker product of the Jacobian's blocks)."""
+    the Gaussian average of `J_{l l'} (x) J_{l l'}` (Kronecker product of the Jacobian's blocks), and the
+    penalty's response `V0 (r, r)` (`Penalty.replicon_factor`: `V0` for ridge)."""
     s2 = params.sigma**2
     inner = jnp.einsum("l,m,lmab->ab", s2, s2, second_moment)
     return params.alpha * jnp.kron(V0, V0) @ inner
@@ -182,7 +183,7 @@ def _second_moments(J: Array, L: int, r: int) -> Array:
 def replicon_from_nodes(J: Array, weights: Array, ov: Overlaps, params: TiedAttentionParams) -> Array:
     """The replicon eigenvalue from per-node Jacobians `J (N, L r, L r)` and quadrature `weights (N,)`."""
     M = jnp.tensordot(weights, _second_moments(J, params.L, params.r), axes=1)
-    return spectral_radius(replicon_operator(M, ov.V0, params))
+    return spectral_radius(replicon_operator(M, params.penalty.replicon_factor(ov, params), params))
 
 
 def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: float = DEFAULT_TIE_WIDTH,
@@ -211,7 +212,7 @@ def replicon(ov: Overlaps, params: TiedAttentionParams, scheme, *, tie_width: fl
         raise ValueError(f"tie_width must be a number >= 0, got {tie_width!r}")
     with float64_scope():
         ov = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), ov)
-        frame = scheme.frame(ov, params) if frame is None else frame
+        frame = jax.lax.stop_gradient(scheme.frame(ov, params)) if frame is None else frame
         points, w_main, W_rep, shares = replicon_nodes(scheme, ov, params, frame)
         jac = node_jacobians(ov, params, points, tie_width, n_steps=n_steps, prox_tol=prox_tol, max_steps=max_steps,
                              mu0=mu0)
@@ -224,7 +225,7 @@ def replicon_nodes(scheme, ov: Overlaps, params: TiedAttentionParams, frame=None
     rule's nodes, those nodes), the main rule's weights on them and each replica's (`shares`: the scheme's
     `shares_main_nodes`)."""
     rule = scheme.main(ov, params, frame)
-    n_rep = int(getattr(scheme, "n_replicas", 0) or 0)
+    n_rep = int(scheme.n_replicas)
     if n_rep < 2:
         return rule.points, rule.weights, None, False
     quad_all, W = scheme.replicas(ov, params, frame, replica_frames)
@@ -265,7 +266,8 @@ def replicon_from_moments(moments: RepliconMoments, shares: bool, ov: Overlaps, 
     replicas' (`shares`: the scheme's `shares_main_nodes`, for the error's form)."""
     dtype = moments.two_minima.dtype
     tau = jnp.asarray(tie_width, dtype)
-    radius = lambda M: spectral_radius(replicon_operator(M, ov.V0, params))  # noqa: E731
+    factor = params.penalty.replicon_factor(ov, params)
+    radius = lambda M: spectral_radius(replicon_operator(M, factor, params))  # noqa: E731
 
     def evaluate(m_reg, m_tau):
         reg = radius(m_reg)
@@ -373,7 +375,7 @@ def replicon_table(table, problem, *, converged=None, progress=None) -> dict:
       converged: `(n,)` bools (default: the `converged` column, else `status == "converged"`).
       progress: `progress(done, total)` after each row.
     """
-    from phasejax.theory.solver import resolve_scheme
+    from phasejax.theory.quadrature import resolve_scheme
 
     n = len(np.asarray(table["alpha"]))
     if converged is None:

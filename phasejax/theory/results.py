@@ -58,7 +58,11 @@ class SEErrors:
     the main rule's fixed point, `|delta|` with `delta = (I - J)^{-1} (F(x) - x)`
     and `|eps_g(x + delta) - eps_g(x)|` (negligible for a converged solve; the
     training loss has no such term: the free energy is stationary at the
-    fixed point, so `delta` enters it at second order).
+    fixed point, so `delta` enters it at second order). `train_loss_replicas`,
+    `test_error_replicas`: `(K,)` each replica's value (NaN without replicas):
+    a difference of two results on the same rule has the spread of the
+    replicas' differences (`spread_error`), smaller than either's where their
+    quadrature errors move together.
     """
 
     overlaps: Overlaps
@@ -66,6 +70,8 @@ class SEErrors:
     test_error: Array
     solver_overlaps: Overlaps
     solver_test_error: Array
+    train_loss_replicas: Array
+    test_error_replicas: Array
     n_replicas: int = struct.field(pytree_node=False, default=0)
 
 

@@ -22,9 +22,15 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from phasejax.theory.branches import BranchInit
-from phasejax.theory.fields import field_maps
 from phasejax.theory.params import TiedAttentionParams
-from phasejax.theory.updates import check_tie_width, hats_from_nodes, hold_hats, node_values, overlap_updates
+from phasejax.theory.updates import (
+    check_tie_width,
+    hats_from_nodes,
+    hold_hats,
+    node_omegas,
+    node_values,
+    overlap_updates,
+)
 
 Array = jax.Array
 
@@ -149,7 +155,8 @@ def evaluate_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: f
     nodes = node_values(ov, params, rule.points, warm, alt_mode, n_steps=approx.prox_steps,
                         psd_tol=psd_tol, prox_tol=approx.prox_tol, extra_starts=extra_starts,
                         prox_starts=approx.prox_starts, hat_form=approx.hat_form,
-                        tie_width=approx.tie_width, given_starts=given_starts, field_warm=field_warm)
+                        tie_width=approx.tie_width, given_starts=given_starts, field_warm=field_warm,
+                        encodings=rule.encodings)
     hats_open = hats_from_nodes(ov, params, nodes, rule.weights, hat_form=approx.hat_form)
     hats = hold_hats(hats_open, hold_m, hold_theta)
     new = overlap_updates(hats, params)
@@ -168,8 +175,30 @@ def evaluate_map(problem: SEProblem, x: Array, warm: Array, alt_mode, psd_tol: f
 def initial_warm(params: TiedAttentionParams, scheme, ov, frame=None) -> Array:
     """Node warm starts for a first evaluation: every node's field `omega`, shape `(N, L r)`."""
     rule = scheme.main(ov, params, frame)
-    maps = field_maps(ov, params)
-    L, r = params.L, params.r
-    xi = rule.points[:, : L * r].reshape(-1, L, r)
-    return (params.sigma[None, :, None] * jnp.einsum("nla,ba->nlb", xi, maps.sqrt_q0)
-            + maps.m_tokens[None]).reshape(-1, L * r)
+    return node_omegas(ov, params, rule.points, rule.encodings).reshape(rule.points.shape[0], -1)
+
+
+def state_evolution_map(params: TiedAttentionParams, overlaps, quadrature, *, rounds: int = 1, warm=None,
+                        approximation: MapApproximation = MapApproximation(), psd_tol: float = PSD_TOL):
+    """The state-evolution map at `overlaps` on a fixed rule, nothing held: `(new Overlaps, MapEvaluation)`.
+
+    `quadrature`: a `Quadrature` (its nodes may carry their own encodings, `Quadrature.encodings`: a label
+    mixture, whose `Mhat` is then the label average of `C_cfg^T mhat_cfg`). Every node's prox starts from
+    `warm (N, L r)` (default: its field `omega`) and is solved `rounds` times from all three starts (the last
+    minimiser, its mirror and the field), so that each node ends in its global minimum. The map itself is
+    `evaluate_map`'s (differentiable in `overlaps` and `params`: `jax.jacfwd` of it is the map's Jacobian).
+    Computes in the dtype of `overlaps` (float64 inside `phasejax.float64_scope`)."""
+    from phasejax.theory.quadrature import FixedRule
+
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got rounds={rounds!r}")
+    scheme = FixedRule(quadrature)
+    false = jnp.asarray(False)
+    problem = SEProblem(params, scheme, BranchInit(overlaps=overlaps, hold_m=false, hold_theta=false), None,
+                        approximation)
+    x = ravel_pytree(overlaps)[0]
+    warm = initial_warm(params, scheme, overlaps) if warm is None else warm
+    for _ in range(int(rounds)):
+        ev = evaluate_map(problem, x, jax.lax.stop_gradient(warm), -1, psd_tol, extra_starts=True)[0]
+        warm = ev.h
+    return problem.unravel()(ev.Fx), ev

@@ -21,6 +21,7 @@ from phasejax.theory.branches import BRANCHES, BranchInit, branch_init
 from phasejax.theory.continuation import continuation
 from phasejax.theory.newton import SEConfig
 from phasejax.theory.params import TiedAttentionParams, validate_params
+from phasejax.theory.quadrature import resolve_scheme  # noqa: F401 - the entry points resolve their rule
 from phasejax.theory.results import SEResult
 from phasejax.theory.se_map import MapApproximation
 
@@ -30,7 +31,7 @@ Array = jax.Array
 def _solve(params, init, scheme, config, approximation, kappa=None):
     """Jittable core of a cold solve: `(SEResult, final node minimisers, frame)`, a continuation row of one
     point (an adaptive rule: two stages and a retry; a fixed rule: one solve, no retry)."""
-    adaptive = bool(getattr(scheme, "adaptive", False))
+    adaptive = bool(scheme.adaptive)
     results, warm, frame = continuation(params, jnp.reshape(params.alpha, (1,)), init, scheme, config, approximation,
                                         kappa, retry=adaptive)
     return jax.tree_util.tree_map(lambda a: a[0], results), warm, frame
@@ -64,20 +65,6 @@ def resolve_init(init, params: TiedAttentionParams) -> BranchInit:
 def _as_float64(init: BranchInit) -> BranchInit:
     """The init's overlaps in float64 (an init built outside `float64_scope` holds float32 arrays)."""
     return init._replace(overlaps=jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), init.overlaps))
-
-
-def resolve_scheme(quadrature, params: TiedAttentionParams):
-    """The quadrature scheme: `default_scheme(params)` for `None`, a `Quadrature` as a `FixedRule`, or a scheme."""
-    from phasejax.theory.quadrature import as_scheme, default_scheme
-
-    scheme = default_scheme(params) if quadrature is None else as_scheme(quadrature)
-    dim = params.L * (params.r + params.t)
-    if scheme.dim != dim:
-        raise ValueError(f"quadrature has dimension {scheme.dim}, but L (r + t) = {dim}")
-    if hasattr(scheme, "applies_to") and not scheme.applies_to(params):
-        raise ValueError(f"quadrature {type(scheme).__name__} does not apply to L={params.L}, r={params.r}, "
-                         f"t={params.t}; use SobolRule")
-    return scheme
 
 
 @uses_float64
@@ -188,8 +175,13 @@ def solve_state_evolution_batch(params: TiedAttentionParams, alpha, omega, init:
     return _checked(map_points(solve, (alpha, omega, inits), batch_size), throw, "solve_state_evolution_batch")
 
 
-def _check_alphas(alphas, params: TiedAttentionParams) -> np.ndarray:
-    """`alphas` as a float64 `(A,)` array, non-empty, strictly monotone and valid (continuation rows)."""
+def _check_alphas(alphas, params: TiedAttentionParams):
+    """`alphas` as a float64 `(A,)` array, non-empty, strictly monotone and valid (continuation rows); traced
+    `alphas` (a derivative in them, a vmap) are checked for their shape only."""
+    if isinstance(alphas, jax.core.Tracer):
+        if alphas.ndim != 1 or alphas.shape[0] == 0:
+            raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {alphas.shape}")
+        return jnp.asarray(alphas, jnp.float64)
     a = np.asarray(alphas, dtype=np.float64)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"alphas must be a non-empty 1-d sequence, got shape {a.shape}")

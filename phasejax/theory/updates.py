@@ -9,7 +9,8 @@
       thetahat_l = alpha E[f_l eta_l^T] Rn^{-1/2} / sigma_l,
       Vhat_l = -alpha E[f_l xi_l^T] q0^{-1/2} / sigma_l + thetahat_l theta0 q0^{-1}.
 
-* Entropic ("overlap") updates for the ridge penalty (`overlap_updates`):
+* Entropic ("overlap") updates (`overlap_updates`): the model's penalty (`params.penalty`,
+  `phasejax.theory.penalties`) maps the effective hats to the overlaps; for the ridge penalty
   `G = lambda I + sum_l sigma_l^2 Vhat_l`, `V0 = G^{-1}`, `m = Mhat G^{-1}`,
   `theta0 = thetahat_eff G^{-1}`, `q0 = G^{-1}(qhat_eff + Mhat^T Mhat + thetahat_eff^T thetahat_eff) G^{-1}`.
 
@@ -36,11 +37,13 @@ from phasejax.theory.fields import (
     Overlaps,
     field_maps,
     gaussian_fields,
-    sample_loss,
     split_node,
+    student_field,
     sym_sqrt_pinv,
 )
 from phasejax.theory import small_linalg
+from phasejax.theory.losses import square_error
+from phasejax.theory.penalties import effective_hats
 from phasejax.theory.params import TiedAttentionParams
 from phasejax.theory.prox import (
     LaneSettings,
@@ -74,6 +77,7 @@ class NodeValues:
       start: `(N,)` the index of the start whose minimum is kept (hard selection only, else `None`).
       minima: every start's minimum (`NodeMinima`; hard selection only, else `None`), for what is read off all
         of a node's minima (the replicon).
+      encodings: `(N, L, K)` every node's own positional encodings (`Quadrature.encodings`), or `None`.
     """
 
     f: Array
@@ -89,6 +93,7 @@ class NodeValues:
     h_starts: Array | None = None
     start: Array | None = None
     minima: object = None
+    encodings: Array | None = None
 
 
 STOP_TOL_FACTOR = 1e-5
@@ -100,8 +105,10 @@ are then exact to rounding, whatever the number of steps each start took."""
 def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: Array, alt_mode,
                 *, n_steps: int = 8, n_warm_steps: int | None = None, psd_tol: float = 1e-10,
                 prox_tol: float = 1e-9, extra_starts: bool = False, prox_starts: str = "multi",
-                hat_form: str = "stein", tie_width: float = 0.0, given_starts=None, field_warm=False) -> NodeValues:
-    """Solve the proximal problem at every node `points (N, L (r + t))`.
+                hat_form: str = "stein", tie_width: float = 0.0, given_starts=None, field_warm=False,
+                encodings: Array | None = None) -> NodeValues:
+    """Solve the proximal problem at every node `points (N, L (r + t))` (with its own encodings `encodings
+    (N, L, K)`, a label mixture; default: the model's `C`).
 
     Starts: `warm (N, L r)` (the previous minimiser of the node; at most `n_warm_steps` damped Newton steps,
     default `n_steps`) and alternatives (at most `n_steps` steps each): `-warm` when `alt_mode == 0` (the
@@ -127,11 +134,9 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
     if prox_starts == "zero":
         return node_values_at(ov, params, points, jnp.zeros((N, 1, L * r), warm.dtype), jnp.ones((1,), bool),
                               n_steps=(n_steps + n_warm,), psd_tol=psd_tol, prox_tol=prox_tol, hat_form=hat_form,
-                              tie_width=tie_width)
+                              tie_width=tie_width, encodings=encodings)
     extra_starts = extra_starts or tie_width > 0       # a blend needs the same minima found at every call
-    maps = field_maps(ov, params, psd_tol)
-    xi = jax.vmap(lambda z: split_node(z, params)[0])(points)
-    w = (params.sigma[None, :, None] * (xi @ maps.sqrt_q0.T) + maps.m_tokens[None]).reshape(N, L * r)
+    w = node_omegas(ov, params, points, encodings, psd_tol).reshape(N, L * r)
     warm = jnp.where(field_warm, w, warm)
     mode = jnp.asarray(alt_mode)
     active = jnp.stack([jnp.asarray(True), (mode == 0) | extra_starts, (mode == 1) | extra_starts])
@@ -143,7 +148,7 @@ def node_values(ov: Overlaps, params: TiedAttentionParams, points: Array, warm: 
                            jnp.broadcast_to(active, (N, 3)))
     return node_values_at(ov, params, points, starts, active,
                           n_steps=(n_warm, n_steps, n_steps), psd_tol=psd_tol, prox_tol=prox_tol, hat_form=hat_form,
-                          tie_width=tie_width)
+                          tie_width=tie_width, encodings=encodings)
 
 
 class NodeFields(NamedTuple):
@@ -158,13 +163,28 @@ class NodeFields(NamedTuple):
     V_inv: Array
 
 
-def node_fields(ov: Overlaps, params: TiedAttentionParams, points: Array, psd_tol: float = 1e-10) -> NodeFields:
-    """The Gaussian fields, targets and prox weights at every node `points (N, L (r + t))`."""
+def node_omegas(ov: Overlaps, params: TiedAttentionParams, points: Array, encodings: Array | None = None,
+                psd_tol: float = 1e-10) -> Array:
+    """The student's fields `omega (N, L, r)` at every node `points (N, L (r + t))` (`student_field`)."""
+    maps = field_maps(ov, params, psd_tol)
+    xi = jax.vmap(lambda z: split_node(z, params)[0])(points)
+    if encodings is None:
+        return jax.vmap(lambda a: student_field(maps, params, a))(xi)
+    return jax.vmap(lambda a, e: student_field(maps, params, a, e))(xi, encodings)
+
+
+def node_fields(ov: Overlaps, params: TiedAttentionParams, points: Array, psd_tol: float = 1e-10,
+                encodings: Array | None = None) -> NodeFields:
+    """The Gaussian fields, targets and prox weights at every node `points (N, L (r + t))` (with its own encodings
+    `encodings (N, L, K)`, or the model's `C`)."""
     maps = field_maps(ov, params, psd_tol)
     V0_inv = small_linalg.inv(0.5 * (ov.V0 + ov.V0.T))
     V_inv = V0_inv[None] / (params.sigma**2)[:, None, None]
     xi, eta = jax.vmap(lambda z: split_node(z, params))(points)
-    omega, hstar = jax.vmap(lambda a, b: gaussian_fields(maps, params, a, b))(xi, eta)
+    if encodings is None:
+        omega, hstar = jax.vmap(lambda a, b: gaussian_fields(maps, params, a, b))(xi, eta)
+    else:
+        omega, hstar = jax.vmap(lambda a, b, e: gaussian_fields(maps, params, a, b, e))(xi, eta, encodings)
     T = jax.vmap(lambda hs: params.target(hs, params))(hstar)
     return NodeFields(xi=xi, eta=eta, omega=omega, hstar=hstar, T=T, V_inv=V_inv)
 
@@ -187,12 +207,13 @@ class NodeMinima(NamedTuple):
 
 
 def node_minima(ov: Overlaps, params: TiedAttentionParams, points: Array, starts: Array, active: Array, *,
-                n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, **lanes) -> NodeMinima:
+                n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, encodings: Array | None = None,
+                **lanes) -> NodeMinima:
     """Minimise every node's proximal problem from each of its starts `starts (N, S, L r)` where `active`
     (`(N, S)` or broadcastable), at most `n_steps` steps each, every start kept (`NodeMinima`). The computation
     of `node_values_at` without its selection and derivatives: for what is read off the minima at a fixed
     state (error replicas, the replicon). `lanes`: more `LaneSettings` (e.g. `mu0`)."""
-    fields = node_fields(ov, params, points, psd_tol)
+    fields = node_fields(ov, params, points, psd_tol, encodings)
     objective, derivatives = closed_form_prox(params)
     settings = lane_settings(n_steps, starts.shape[1], prox_tol, **lanes)
     st = node_lanes(objective, derivatives, settings, (fields.omega, fields.T), (fields.V_inv, params),
@@ -203,7 +224,7 @@ def node_minima(ov: Overlaps, params: TiedAttentionParams, points: Array, starts
 
 def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, starts: Array, active: Array, *,
                    n_steps=8, psd_tol: float = 1e-10, prox_tol: float = 1e-9, hat_form: str = "stein",
-                   tie_width: float = 0.0) -> NodeValues:
+                   tie_width: float = 0.0, encodings: Array | None = None) -> NodeValues:
     """Solve the proximal problem at every node `points (N, L (r + t))` from the starts `starts (N, S, L r)`
     where `active` (`(N, S)` or broadcastable, may be traced; the first start must be active), each start
     taking at most `n_steps` damped Newton steps (an int or one per start).
@@ -228,7 +249,7 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
         raise ValueError(f"hat_form must be 'stein' or 'implicit', got {hat_form!r}")
     check_tie_width(tie_width, hat_form)
     objective, derivatives = closed_form_prox(params)
-    fd = node_fields(ov, params, points, psd_tol)
+    fd = node_fields(ov, params, points, psd_tol, encodings)
     xi, eta, omega, hstar, T, V_inv = fd
     N = points.shape[0]
     settings = lane_settings(n_steps, starts.shape[1], prox_tol)
@@ -248,28 +269,28 @@ def node_values_at(ov: Overlaps, params: TiedAttentionParams, points: Array, sta
             f = jnp.einsum("k,kla->la", wts, fk)
             ff = jnp.einsum("k,kla,klb->lab", wts, fk, fk)
             envelope = wts @ jnp.where(wts > 0, values, 0.0)
-            loss = wts @ jax.vmap(lambda hk: sample_loss(hk, T, params))(hks)
+            loss = wts @ jax.vmap(lambda hk: params.loss(hk, T, params))(hks)
             gnorm = jnp.max(jnp.where(wts > 0, gnorms, 0.0))
             return f, hs[jnp.argmin(values)], envelope, loss, gnorm, ff
 
         f, h, envelope, loss, gnorm, ff = jax.vmap(blend)(hs, values, gnorms, omega, T)
         return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, ff=ff,
-                          h_starts=jax.lax.stop_gradient(hs))
+                          h_starts=jax.lax.stop_gradient(hs), encodings=encodings)
 
     h, gnorm, start, h_starts, values, gnorms = lowest_minima_per_start(objective, derivatives, settings, node_thetas,
                                                                         shared, starts, active)
     hm = h.reshape(N, L, r)
     f = jnp.einsum("lab,nlb->nla", V_inv, hm - omega)
     envelope = jax.vmap(lambda hh, om, t: moreau_objective(hh, (om, t, V_inv, params)))(h, omega, T)
-    loss = jax.vmap(lambda hh, t: sample_loss(hh, t, params))(hm, T)
+    loss = jax.vmap(lambda hh, t: params.loss(hh, t, params))(hm, T)
     dfdw = dfdh = None
     if hat_form == "implicit":
         der = jax.vmap(lambda hh, om, hs: envelope_derivatives(
-            lambda a, b: sample_loss(a, params.target(b, params), params), hh, om, V_inv, hs))(hm, omega, hstar)
+            lambda a, b: params.loss(a, params.target(b, params), params), hh, om, V_inv, hs))(hm, omega, hstar)
         dfdw, dfdh = der.df_domega, der.df_dhstar
     return NodeValues(f=f, h=h, envelope=envelope, loss=loss, grad_norm=gnorm, xi=xi, eta=eta, df_domega=dfdw,
                       df_dhstar=dfdh, h_starts=h_starts, start=start,
-                      minima=NodeMinima(hs=h_starts, values=values, grad_norms=gnorms, fields=fd))
+                      minima=NodeMinima(hs=h_starts, values=values, grad_norms=gnorms, fields=fd), encodings=encodings)
 
 
 def check_tie_width(tie_width, hat_form: str) -> None:
@@ -302,62 +323,44 @@ def hats_from_nodes(ov: Overlaps, params: TiedAttentionParams, nodes: NodeValues
         pinv_q0 = maps.pinv_sqrt_q0 @ maps.pinv_sqrt_q0
         Vhat = -a * (f_xi @ maps.pinv_sqrt_q0) / s + thetahat @ ov.theta0 @ pinv_q0
     Vhat = 0.5 * (Vhat + jnp.swapaxes(Vhat, -1, -2))
-    return Hats(qhat=qhat, mhat=mhat, Vhat=Vhat, thetahat=thetahat)
-
-
-def effective_hats(hats: Hats, params: TiedAttentionParams) -> tuple[Array, Array, Array, Array]:
-    """`G (r, r)`, `qhat_eff (r, r)`, `thetahat_eff (t, r)`, `Mhat (K, r)` of the entropic updates."""
-    s2 = params.sigma**2
-    r = params.r
-    G = params.lam * jnp.eye(r, dtype=hats.Vhat.dtype) + jnp.einsum("l,lab->ab", s2, hats.Vhat)
-    qhat_eff = jnp.einsum("l,lab->ab", s2, hats.qhat)
-    thetahat_eff = jnp.einsum("l,lat->ta", s2, hats.thetahat)
-    Mhat = params.C.T @ hats.mhat
-    return G, qhat_eff, thetahat_eff, Mhat
+    # nodes with their own encodings: `Mhat = alpha E[C_node^T f]` (not `C^T mhat`)
+    Mhat = None if nodes.encodings is None else a * E(jnp.einsum("nlk,nla->nka", nodes.encodings, f))
+    return Hats(qhat=qhat, mhat=mhat, Vhat=Vhat, thetahat=thetahat, Mhat=Mhat)
 
 
 def hold_hats(hats: Hats, hold_m: Array, hold_theta: Array) -> Hats:
-    """Zero `mhat` / `thetahat` where a branch holds `m` / `theta0` at zero (its invariant subspace)."""
-    return hats.replace(mhat=jnp.where(hold_m, 0.0, hats.mhat), thetahat=jnp.where(hold_theta, 0.0, hats.thetahat))
+    """Zero `mhat` (and `Mhat`) / `thetahat` where a branch holds `m` / `theta0` at zero (its invariant subspace)."""
+    return hats.replace(mhat=jnp.where(hold_m, 0.0, hats.mhat), thetahat=jnp.where(hold_theta, 0.0, hats.thetahat),
+                        Mhat=None if hats.Mhat is None else jnp.where(hold_m, 0.0, hats.Mhat))
 
 
 def overlap_updates(hats: Hats, params: TiedAttentionParams) -> Overlaps:
-    """Entropic updates for the ridge penalty (module docstring); closed form."""
-    G, qhat_eff, thetahat_eff, Mhat = effective_hats(hats, params)
-    G_inv = small_linalg.inv(G)
-    G_inv = 0.5 * (G_inv + G_inv.T)
-    inner = qhat_eff + Mhat.T @ Mhat + thetahat_eff.T @ thetahat_eff
-    q0 = G_inv @ inner @ G_inv
-    return Overlaps(q0=0.5 * (q0 + q0.T), m=Mhat @ G_inv, V0=G_inv, theta0=thetahat_eff @ G_inv)
+    """The entropic update: the model's penalty (`params.penalty.overlaps`) on the effective hats."""
+    return params.penalty.overlaps(effective_hats(hats, params), params)
 
 
 def training_loss(ov: Overlaps, hats: Hats, expected_envelope: Array, params: TiedAttentionParams) -> Array:
     """Training loss per dimension `e_t` from the zero-temperature free energy (theory notes, section 5).
 
-    `expected_envelope` is `E[M(omega, h*)]` at the same overlaps. At a
-    fixed point this equals `alpha E[ell(h_hat, h*)] + lambda/2 tr q0`.
+    `expected_envelope` is `E[M(omega, h*)]` at the same overlaps. With the effective hats (`effective_hats`)
+    `e_t = -(tr(Vhat q0) / 2 - tr(qhat V0) / 2 - tr(thetahat^T theta0) - tr(Mhat^T m) + Psi - alpha E[M])`, `Psi`
+    the penalty's free entropy (`Penalty.free_entropy`). At a fixed point this equals
+    `alpha E[ell(h_hat, h*)] + penalty` (the energetic loss).
     """
-    s2 = params.sigma**2
-    G, qhat_eff, thetahat_eff, Mhat = effective_hats(hats, params)
-    q_l = s2[:, None, None] * ov.q0[None]
-    V_l = s2[:, None, None] * ov.V0[None]
-    theta_l = s2[:, None, None] * ov.theta0[None]
-    m_l = params.C @ ov.m
-    per_token = (0.5 * jnp.einsum("lab,lba->", hats.Vhat, q_l)
-                 - 0.5 * jnp.einsum("lab,lba->", hats.qhat, V_l)
-                 - jnp.einsum("lat,lta->", hats.thetahat, theta_l)
-                 - jnp.einsum("la,la->", hats.mhat, m_l))
-    inner = qhat_eff + Mhat.T @ Mhat + thetahat_eff.T @ thetahat_eff
-    entropic = 0.5 * jnp.trace(jnp.linalg.solve(G, inner))
-    return -(per_token + entropic - params.alpha * expected_envelope)
+    eff = effective_hats(hats, params)
+    exchange = (0.5 * jnp.einsum("ab,ba->", eff.Vhat, ov.q0) - 0.5 * jnp.einsum("ab,ba->", eff.qhat, ov.V0)
+                - jnp.einsum("ta,ta->", eff.thetahat, ov.theta0) - jnp.einsum("ka,ka->", eff.Mhat, ov.m))
+    return -(exchange + params.penalty.free_entropy(eff, params) - params.alpha * expected_envelope)
 
 
 def test_error(ov: Overlaps, params: TiedAttentionParams, quadrature: Quadrature, rho0: Array | None = None) -> Array:
-    """`eps_g = 1/L E tr[(T(h*) - S(h)) D (T(h*) - S(h))^T]` with fresh fields `h_l = omega_l` (theory notes, section 5).
+    """`eps_g = 1/L E tr[(T(h*) - S(h)) D (T(h*) - S(h))^T]` with fresh fields `h_l = omega_l` (theory notes, section 5):
+    the square error (`phasejax.theory.losses.square_error`) whatever the training loss.
 
     `rho0 (t, t)` is the teacher's `Q*^T Q* / d` (default `I_t`, its `d -> inf`
     value). For a finite-`d` teacher the field is written `h* = rho0^{1/2} h*'`
-    with `h*'` of unit covariance, so the field maps apply to `rho0^{-1/2} theta0`.
+    with `h*'` of unit covariance, so the field maps apply to `rho0^{-1/2} theta0`. A rule whose nodes carry
+    their own encodings (`Quadrature.encodings`) averages over them.
     """
     sqrt_rho = None
     if rho0 is not None:
@@ -365,14 +368,18 @@ def test_error(ov: Overlaps, params: TiedAttentionParams, quadrature: Quadrature
         ov = ov.replace(theta0=pinv_sqrt_rho @ ov.theta0)
     maps = field_maps(ov, params)
 
-    def node(z):
+    def node(z, encoding):
         xi, eta = split_node(z, params)
-        h, hstar = gaussian_fields(maps, params, xi, eta)
+        h, hstar = gaussian_fields(maps, params, xi, eta, encoding)
         if sqrt_rho is not None:
             hstar = hstar @ sqrt_rho
-        return 2.0 * sample_loss(h, params.target(hstar, params), params)
+        return square_error(h, params.target(hstar, params), params)
 
-    return quadrature.expect(jax.vmap(node)(quadrature.points)) / params.L
+    if quadrature.encodings is None:
+        values = jax.vmap(lambda z: node(z, None))(quadrature.points)
+    else:
+        values = jax.vmap(node)(quadrature.points, quadrature.encodings)
+    return quadrature.expect(values) / params.L
 
 
 test_error.__test__ = False  # not a pytest test

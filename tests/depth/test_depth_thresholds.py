@@ -10,7 +10,7 @@ import pytest
 
 from phasejax import float64_scope
 from phasejax.depth import grid_rule, moments_unlearned_first, nishimori_mean, outer_moments, rule_for, se_draws
-from phasejax.depth.thresholds import M_samples, g2_samples
+from phasejax.depth.estimators import M_samples, g2_samples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 THRESHOLDS = os.path.join(ROOT, "results", "depth", "thresholds.csv")
@@ -122,3 +122,65 @@ def test_the_independent_rule_converges_to_the_grid_at_large_skip():
     assert abs(d64) < 3 * se64 + 1e-4, (d64, se64)
     assert abs(d64) < abs(d32) / 3, (d32, d64)
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A point of the learned layer's branch as a root (branch_point)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_branch_point_is_a_fixed_point_of_the_state_evolution_map():
+    """The root of `alpha*(q) = alpha` on layer 2's branch (layer 1 at zero, c = 1, alpha = 0.7) is where the
+    parametrisation puts it (`learned_branch` at its `V` returns `alpha`), and the state-evolution map with the
+    direct estimator `|g_2|^2` (not the combination the root uses) maps it to itself within that map's Monte Carlo
+    error on the same draws."""
+    from phasejax.depth import branch_point, learned_branch, se_map
+    from phasejax.depth.thresholds import threshold_grid
+
+    with float64_scope():
+        draws, rule = se_draws(1024, seed=21), threshold_grid(0.24, 1.0)
+        p = branch_point(1.0, 0.7, draws=draws, rule=rule)
+        assert p.status_name == "converged" and p.residual < 1e-9 and p.n_draws == 1024
+        assert 0.9 < p.q < 1.0 and 0 < p.q_err < 0.01 and p.slope > 0
+        alpha, _ = learned_branch(1.0, [1.0 - float(p.q)], 1, draws, rule)
+        assert float(alpha[0]) == pytest.approx(0.7, rel=1e-8)
+        qhat, qhat_se = se_map(jnp.asarray([0.0, float(p.q)]), 0.7, 1.0, draws, rule)
+        q_map = float(qhat[1] / (1 + qhat[1]))
+        q_map_se = float(qhat_se[1] / (1 + qhat[1]) ** 2)
+        assert abs(float(qhat[0])) < 1e-8                 # layer 1 stays at zero (by its sign symmetry)
+        assert abs(q_map - float(p.q)) < 4 * q_map_se, (q_map, float(p.q), q_map_se)
+
+
+@pytest.mark.slow
+def test_branch_point_error_is_the_spread_over_independent_draws():
+    """The root's Monte Carlo error (first order in the draws' error of `E|g_2|^2`) against the scatter of the
+    roots on 8 independent sets of draws: chi^2 / dof of the roots about their mean, with the reported errors,
+    within the 97% range of a chi^2 with 7 degrees of freedom."""
+    from phasejax.depth import branch_point
+    from phasejax.depth.thresholds import threshold_grid
+
+    with float64_scope():
+        points = [branch_point(1.0, 0.7, draws=se_draws(512, seed=40 + k), rule=threshold_grid(0.32, 1.0))
+                  for k in range(8)]
+    q = np.asarray([float(p.q) for p in points])
+    err = np.asarray([float(p.q_err) for p in points])
+    assert all(p.status_name == "converged" for p in points)
+    mean = np.sum(q / err**2) / np.sum(1 / err**2)
+    chi2_per_dof = np.sum(((q - mean) / err) ** 2) / (q.size - 1)
+    assert 0.25 < chi2_per_dof < 2.4, (q, err, chi2_per_dof)
+
+
+def test_branch_point_outside_the_branch_and_invalid_inputs():
+    """Below the learned layer's threshold (`alpha_2 = 0.186` at c = 1) the branch has no point: the status says
+    so and the values are NaN; invalid inputs raise ValueError naming the parameter."""
+    from phasejax.depth import branch_point
+    from phasejax.depth.thresholds import threshold_grid
+
+    with float64_scope():
+        draws, rule = se_draws(256, seed=3), threshold_grid(0.32, 1.0)
+        p = branch_point(1.0, 0.1, draws=draws, rule=rule)
+        assert p.status_name == "invalid_input" and np.isnan(p.q) and np.isnan(p.q_err)
+        for kwargs, name in ((dict(alpha=-1.0), "alpha"), (dict(alpha=0.7, learned=2), "learned"),
+                             (dict(alpha=0.7, skip=-1.0), "skip")):
+            with pytest.raises(ValueError, match=name):
+                branch_point(**dict(dict(skip=1.0, draws=draws, rule=rule), **kwargs))

@@ -174,7 +174,7 @@ def test_committed_three_layer_amp_rule_study():
 
 
 def test_committed_three_layer_amp_with_the_finer_rule_learns_every_layer_as_its_state_evolution():
-    """`amp_fine_rule.csv` (`scripts/three_layer_amp_fine_rule.py`: the rule study's data at alpha = 1.6, d = 1000,
+    """`amp_fine_rule.csv` (`scripts/checks/three_layer_amp_fine_rule.py`: the rule study's data at alpha = 1.6, d = 1000,
     AMP from the SE's start `m = q = 0.1` with the (16, 10) rule, 45 steps, and the SE with the same rule from the
     same start): AMP learns all three layers, and over its last 10 steps each layer's overlap (in units of the
     teacher's norm) lies within the finite-size band 2 / sqrt(d) of the SE's at the same step."""

@@ -90,7 +90,7 @@ def test_gamp_fixed_point_is_the_lbfgs_critical_point_of_the_risk(convex_run):
 def test_gamp_fixed_point_is_prox_consistent(convex_run):
     """At the converged Q every sample's h = xt Q / sqrt(d) is the global prox minimiser (the fixed point exists).
 
-    The paper's point (lambda = 0.01, d = 200) is checked by scripts/gamp_fixed_point_check.py."""
+    The paper's point (lambda = 0.01, d = 200) is checked by scripts/checks/gamp_fixed_point_check.py."""
     data, _, runs = convex_run
     res = runs["stein"]
     with phasejax.float64_scope():

@@ -16,12 +16,18 @@ from phasejax.extensions.general_L import (
     reversed_rule,
 )
 from phasejax.extensions._tables import ExtensionResult, relative_gaps
-from phasejax.extensions.second_A import se_map_at
 from phasejax.precision import float64_scope
 from phasejax.theory import SobolRule, make_params
 from phasejax.theory.params import token_swap_symmetric
 from phasejax.theory.fields import Overlaps
 from phasejax.theory.quadrature import Quadrature, gauss_hermite
+from phasejax.theory.se_map import state_evolution_map
+
+
+def se_map_at(params, ov, rule, rounds):
+    """`(new overlaps, hats)` of the theory's map on a fixed rule."""
+    new, ev = state_evolution_map(params, ov, rule, rounds=2 * rounds)
+    return new, ev.hats
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "results", "extensions", "general_L")
 

@@ -186,13 +186,13 @@ def test_at_omega_zero_the_second_A_map_equals_the_standard_one():
     """Reduction: at omega = 0 the target is pure softmax and A drops out (both SE maps agree exactly)."""
     with float64_scope():
         ov = Overlaps(q0=jnp.array([[0.3]]), m=jnp.array([[0.15]]), V0=jnp.array([[45.0]]), theta0=jnp.array([[0.4]]))
-        from phasejax.extensions.second_A import se_map_at
         from phasejax.theory.quadrature import gauss_hermite
+        from phasejax.theory.se_map import state_evolution_map
 
         rule = gauss_hermite(4, 4)
-        a, _ = se_map_at(second_A_params(1.0, 0.0), ov, rule, rounds=1)
-        b, _ = se_map_at(second_A_params(1.0, 0.0, A=PAPER_A), ov, rule, rounds=1)
-        c, _ = se_map_at(second_A_params(1.0, 0.3), ov, rule, rounds=1)
+        a, _ = state_evolution_map(second_A_params(1.0, 0.0), ov, rule, rounds=2)
+        b, _ = state_evolution_map(second_A_params(1.0, 0.0, A=PAPER_A), ov, rule, rounds=2)
+        c, _ = state_evolution_map(second_A_params(1.0, 0.3), ov, rule, rounds=2)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=1e-14)
     assert abs(float(c.m[0, 0]) - float(a.m[0, 0])) > 1e-6     # at omega > 0 A matters

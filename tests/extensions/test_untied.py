@@ -20,7 +20,7 @@ from phasejax.extensions.untied import (
 )
 from phasejax.precision import float64_scope
 from phasejax.theory import make_params
-from phasejax.theory.fields import Overlaps, field_maps, gaussian_fields, sample_loss
+from phasejax.theory.fields import Overlaps, field_maps, gaussian_fields
 from phasejax.theory.quadrature import Quadrature, gauss_hermite
 from phasejax.theory.updates import test_error as se_test_error
 
@@ -57,7 +57,7 @@ def test_untied_student_matches_module_and_tied_at_equal_columns():
     with float64_scope():
         pu, pt = untied_params(1.0, 0.3), make_params(1.0, 0.3)
         T = jnp.asarray([[0.7, 0.3], [0.2, 0.8]])
-        np.testing.assert_allclose(sample_loss(jnp.concatenate([g, g], 1), T, pu), sample_loss(g, T, pt), rtol=1e-13)
+        np.testing.assert_allclose(pu.loss(jnp.concatenate([g, g], 1), T, pu), pt.loss(g, T, pt), rtol=1e-13)
 
 
 def test_equal_columns_reduce_to_tied_fields_and_test_error():
@@ -86,7 +86,7 @@ def test_prox_gradient_breaks_query_key_symmetry():
         pu = untied_params(1.0, 0.3)
         T = jnp.asarray([[0.75, 0.25], [0.3, 0.7]])
         g = jnp.asarray([0.4, -0.9])
-        grad = jax.grad(lambda h: sample_loss(h, T, pu))(jnp.stack([g, g], 1))
+        grad = jax.grad(lambda h: pu.loss(h, T, pu))(jnp.stack([g, g], 1))
         assert float(jnp.max(jnp.abs(grad[:, 0] - grad[:, 1]))) > 1e-3
 
 

@@ -12,6 +12,8 @@ from phasejax.sweep import RunOptions
 from phasejax.theory import SEConfig, SplitProductRule, make_params
 from phasejax.theory.census import CENSUS_SEEDS
 
+from _compare import RTOL_REDERIVED, assert_same_csv
+
 PAPER = make_params(1.0, 0.0)   # sigma = 0.5, lambda = 0.01, standard A
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)
 # lower iteration caps than the default (40 cold, 30 warm): the converged solves of this grid need at most 17 and
@@ -79,7 +81,7 @@ def test_written_and_loaded_back_are_equal(small_diagram, tmp_path):
 
 
 @pytest.mark.slow       # the generic resume is tested in tests/test_sweep.py
-def test_a_killed_sweep_resumes_to_byte_identical_files(small_diagram, tmp_path):
+def test_a_killed_sweep_resumes_to_the_same_files(small_diagram, tmp_path):
     pd, run = small_diagram
     grid = pd.grid
     opts = RunOptions(run_dir=str(tmp_path / "killed"), chunk_size=2, progress=False)
@@ -88,7 +90,8 @@ def test_a_killed_sweep_resumes_to_byte_identical_files(small_diagram, tmp_path)
     pd.write(str(tmp_path / "full"))
     resumed.write(str(tmp_path / "resumed"))
     for name in ("points.csv", "diagram.csv", "thresholds.csv"):
-        assert open(tmp_path / "full" / name, "rb").read() == open(tmp_path / "resumed" / name, "rb").read(), name
+        # the finished chunk loaded, the rest solved again by the same program: a re-derivation, 1e-12 relative
+        assert_same_csv(tmp_path / "resumed" / name, tmp_path / "full" / name, rtol=RTOL_REDERIVED)
 
 
 def test_an_arange_grid_is_the_literal_grid():

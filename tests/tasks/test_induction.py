@@ -30,6 +30,8 @@ from phasejax.tasks.induction.train import record_steps
 from phasejax.tasks.induction.references import _evaluation_set
 from phasejax.tasks.induction.train import _block_means
 
+from _compare import RTOL_FLOAT32
+
 MODELS = [InductionModel(layers=2), InductionModel(layers=1, readout="linear"), InductionModel("standard", layers=1, d_model=8)]
 
 
@@ -62,7 +64,9 @@ def test_sequences_are_chains_of_their_matrix_and_do_not_depend_on_the_padding(d
     np.testing.assert_allclose(np.asarray(P[:3]).sum(1), 1.0, atol=1e-6)
     assert np.all(np.asarray(P)[3:] == 0) and np.all(np.asarray(P)[:, 3:] == 0)
     np.testing.assert_array_equal(small_tokens, tokens)
-    np.testing.assert_array_equal(small_P, np.asarray(P)[:3, :3])
+    # the same Gamma draws normalised by sums over 3 and 6 columns (zeros beyond 3): float32, a few units in the
+    # last place
+    np.testing.assert_allclose(small_P, np.asarray(P)[:3, :3], rtol=RTOL_FLOAT32)
     # every transition of the chain has positive probability
     assert np.all(np.asarray(P)[np.asarray(tokens[:-1]), np.asarray(tokens[1:])] > 0)
 
@@ -230,7 +234,7 @@ def test_models_are_causal_and_padded_states_do_not_enter_them():
     padded, small, lp, ls, ln, lc = (jax.device_get(x) for x in compute(jax.random.PRNGKey(10)))
     for x, y in zip(jax.tree_util.tree_leaves(unpad_params(padded, model, S, S_max, T)),
                     jax.tree_util.tree_leaves(small)):
-        np.testing.assert_array_equal(x, y)                                       # same initial draws
+        np.testing.assert_allclose(x, y, rtol=RTOL_FLOAT32)                     # same draws, another shape
     np.testing.assert_allclose(lp[:, :S], ls, rtol=1e-5, atol=1e-6)              # same function
     assert np.all(np.isneginf(lp[:, S:]))                                         # padded states: probability 0
     np.testing.assert_array_equal(ln, lp)                                         # padded weights have no effect

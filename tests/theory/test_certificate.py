@@ -3,7 +3,7 @@
 `test_error_coverage.py` compares the default `SplitProductRule` with a larger rule of the same family, which
 cannot see a bias the family shares. Here the references are solved with `SobolRule` (four scrambles of
 2**16 points, errors from their standard error): `tests/theory/data/certificate_references.json`, made by
-`scripts/make_certificate_references.py`, both branches at alpha in {0.5, 0.8, 1.1, 1.5, 2.0} x omega in
+`scripts/checks/make_certificate_references.py`, both branches at alpha in {0.5, 0.8, 1.1, 1.5, 2.0} x omega in
 {0, 0.3} plus points of the semantic branch's collapse region. Rows whose Sobol solve did not converge are
 stored with their status and are left out.
 
@@ -219,7 +219,7 @@ def test_default_errors_meet_the_accuracy_target(request, default_solves, point_
 def test_certificate_references_are_reproducible():
     """One reference recomputed with the generator's own function agrees with the stored row."""
     spec = importlib.util.spec_from_file_location(
-        "make_certificate_references", os.path.join(ROOT, "scripts", "make_certificate_references.py"))
+        "make_certificate_references", os.path.join(ROOT, "scripts", "checks", "make_certificate_references.py"))
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     ref = _ref("semantic:2.0:0.3")

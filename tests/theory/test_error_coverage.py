@@ -1,6 +1,6 @@
 """The default's reported quadrature errors cover its actual deviation from a rule 11 times larger.
 
-References: `tests/theory/data/se_references.json`, made by `scripts/make_se_references.py` with
+References: `tests/theory/data/se_references.json`, made by `scripts/checks/make_se_references.py` with
 `SplitProductRule(n_smooth=10, eta_step=0.3, n_piece=24)` (225,600 nodes, its own replica errors) at
 alpha in {0.5, 1.1} x omega in {0, 0.3}, both branches. The slow test recomputes one reference.
 """

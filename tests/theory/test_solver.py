@@ -11,6 +11,8 @@ from phasejax.theory import MapApproximation, SEConfig, SplitProductRule, SobolR
 from phasejax.theory.solver import map_points
 from phasejax.theory.branches import stack_inits
 
+from _compare import RTOL_FLOAT32
+
 PAPER = make_params(2.0, 0.3)
 SMALL = SplitProductRule(n_smooth=4, eta_step=1.0, n_piece=8, n_replicas=2)   # 3584 nodes: fast, ~1% accurate
 
@@ -108,7 +110,9 @@ def test_map_points_equals_vmap_for_every_group_size(batch_size):
     got = jax.jit(lambda x: map_points(sqrt_newton, x, batch_size))(xs)
     want = jax.vmap(sqrt_newton)(xs)
     np.testing.assert_allclose(got[0], np.sqrt(np.asarray(xs)), rtol=1e-6)
-    np.testing.assert_array_equal(got[0], want[0])
+    # the same float32 Newton steps in other batches: a few units in the last place (a loop that stopped one step
+    # apart would still be within its stop, 5e-7 relative)
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL_FLOAT32)
     assert len(set(np.asarray(got[1]).tolist())) > 1             # the points differ in their iteration counts
     with pytest.raises(ValueError, match="batch_size"):
         map_points(sqrt_newton, xs, 0)

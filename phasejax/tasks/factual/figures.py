@@ -1,8 +1,9 @@
-"""Figures of a factual-recall experiment."""
+"""Figures of a factual-recall experiment (`plot_factual_figures`: all three of a `FactualResult`)."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -201,3 +202,11 @@ def plot_facts_vs_params(result: FactualResult, path: str) -> str:
                  "slope (seeds resampled); open triangles: N* outside the grid", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", framealpha=0.9)
     return save_figure(fig, path)
+
+
+def plot_factual_figures(result: FactualResult, out_dir: str) -> list[str]:
+    """Write `curves.png`, `phase_diagram.png`, `facts_vs_params.png` of `result` into `out_dir`; returns the
+    paths."""
+    return [plot_learning_curves(result, os.path.join(out_dir, "curves.png")),
+            plot_recall_phase_diagram(result, os.path.join(out_dir, "phase_diagram.png")),
+            plot_facts_vs_params(result, os.path.join(out_dir, "facts_vs_params.png"))]

@@ -275,14 +275,8 @@ class FactualResult(ResultBundle):
              BundleFile("capacity.csv", columns=CAPACITY_COLUMNS),
              BundleFile("summary.json"))
     """`write` writes `recall.csv`, `curves.csv`, `capacity.csv`, `summary.json`; `load` reads them back (numeric
-    columns as int64 / float64, text columns as strings)."""
-
-    def plot(self, out_dir: str) -> list[str]:
-        """Write `curves.png`, `phase_diagram.png`, `facts_vs_params.png`; returns the paths."""
-        from phasejax.tasks.factual.figures import plot_facts_vs_params, plot_learning_curves, plot_recall_phase_diagram
-        return [plot_learning_curves(self, os.path.join(out_dir, "curves.png")),
-                plot_recall_phase_diagram(self, os.path.join(out_dir, "phase_diagram.png")),
-                plot_facts_vs_params(self, os.path.join(out_dir, "facts_vs_params.png"))]
+    columns as int64 / float64, text columns as strings); the figures are
+    `phasejax.tasks.factual.figures.plot_factual_figures`."""
 
 
 def _runs_table(sweep: dict, family: str, d_head: int) -> dict:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from phasejax.precision import check_float_dtype
-from phasejax.solvers import Status, iterate
+from phasejax.solvers import HasStatus, Status, iterate
 from phasejax.tasks._common import F32, Array
 from phasejax.tasks.memory.data import KINDS, MemoryProblem, MemoryShape, sample_problem
 from phasejax.tasks.memory.model import (
@@ -83,6 +83,8 @@ class MemoryFitResult(NamedTuple):
     recall: Array
     steps: Array
     status: Array
+
+    status_name = HasStatus.status_name
 
 
 def train_memory(features, params0, problem: MemoryProblem, *, steps: int, learning_rate: float) -> MemoryFitResult:

@@ -6,7 +6,7 @@ solves the SE (same Sobol rule as the preset) from the students' seed-mean overl
 inside the positional subspace (`theta` held at 0) and once with `m` and `theta` free (`theta` started at
 +-0.12 and 0.02 in the SE's units, per token 0.03 and 0.005), and prints where each solve ends.
 
-    python scripts/general_L_positional_check.py          # about 1 minute on 2 CPU cores
+    python scripts/checks/general_L_positional_check.py          # about 1 minute on 2 CPU cores
 
 Result: the held solve returns to m = 0.19408, q = 0.10889 (e_t 0.00780); every free solve goes
 to the semantic fixed point (m = 0.00025, theta = 0.16956, e_t 0.00652; from theta0 = -0.12 its mirror

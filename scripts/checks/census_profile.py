@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The positional subspace's reduced map at alpha = 0.6, omega = 0: how many fixed points are there?
 
-    python scripts/census_profile.py [--alpha 0.6] [--omega 0.0] [--out runs/census_profile]
-    python scripts/census_profile.py --out results/census --overwrite      # rewrite the committed profile
+    python scripts/checks/census_profile.py [--alpha 0.6] [--omega 0.0] [--out runs/census_profile]
+    python scripts/checks/census_profile.py --out results/census --overwrite      # rewrite the committed profile
 
 For each `m` on a grid, (q, V) are solved self-consistently with `m` held, and `F_m(m) - m` is recorded
 (`F_m`: the SE map's `m` component). Fixed points of the positional subspace are its zeros. Done with the

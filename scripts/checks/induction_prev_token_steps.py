@@ -4,9 +4,9 @@ Trains the disentangled 2-layer model at S = 3, T = 64, beta = 1 (2 seeds) for a
 learning rate and batch size (chains per step), and prints the mean mass `A_1[t, t-1]` and the gap to the
 Bayes predictive:
 
-    python scripts/induction_prev_token_steps.py 6000               # 0.877, 0.877 (2 seeds)
-    python scripts/induction_prev_token_steps.py 3000 0.1           # 0.698, 0.703 (a larger step is worse)
-    python scripts/induction_prev_token_steps.py 1500 0.03 128      # 0.907, 0.909; gap 0.0012, 0.0010 nats
+    python scripts/checks/induction_prev_token_steps.py 6000               # 0.877, 0.877 (2 seeds)
+    python scripts/checks/induction_prev_token_steps.py 3000 0.1           # 0.698, 0.703 (a larger step is worse)
+    python scripts/checks/induction_prev_token_steps.py 1500 0.03 128      # 0.907, 0.909; gap 0.0012, 0.0010 nats
 """
 
 import sys

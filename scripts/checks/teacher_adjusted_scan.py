@@ -6,9 +6,9 @@ and prints per d the plain seed mean +- standard error and the mean with the tea
 `|Q*|^2 / d` as control variate (`phasejax.empirics.teacher_adjusted_mean`) of q, theta, m, e_t, eps_g.
 Compare with the SE's value (`theory.csv` of the problem).
 
-    python scripts/teacher_adjusted_scan.py main 2.0 semantic 500,1000,2000,4000 32   # about 3 minutes
-    python scripts/teacher_adjusted_scan.py second_A 2.0 semantic 800,1600,3200 16     # about 1.5 minutes
-    python scripts/teacher_adjusted_scan.py main 1.5 positional 4000 24 0.1            # ridge lambda = 0.1
+    python scripts/checks/teacher_adjusted_scan.py main 2.0 semantic 500,1000,2000,4000 32   # about 3 minutes
+    python scripts/checks/teacher_adjusted_scan.py second_A 2.0 semantic 800,1600,3200 16     # about 1.5 minutes
+    python scripts/checks/teacher_adjusted_scan.py main 1.5 positional 4000 24 0.1            # ridge lambda = 0.1
 
 Results (second_A, alpha = 2, semantic; SE q = 0.03064, theta = 0.07874): adjusted q 0.02930,
 0.03004, 0.03038 and theta 0.07654, 0.07786, 0.07850 at d = 800, 1600, 3200 (gaps -4.4, -2.0, -0.9% and

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Reference fixed points from a rule of another family, to certify the default quadrature (SplitProductRule).
 
-    python scripts/make_certificate_references.py [--points semantic:1.1:0.3 ...] [--log2-n 16] [--seed 1]
+    python scripts/checks/make_certificate_references.py [--points semantic:1.1:0.3 ...] [--log2-n 16] [--seed 1]
 
 The default rule of the paper's model (`SplitProductRule`, docs/theory.md 8.2) is laid out around the
-positional branch's jump sheet; the references of `scripts/make_se_references.py` are a larger rule of the
+positional branch's jump sheet; the references of `scripts/checks/make_se_references.py` are a larger rule of the
 same family and cannot see a bias the family shares. These references are solved with scrambled Sobol
 (`SobolRule.create(4, log2_n, n_replicas=4, seed)`: the union of four independent scrambles of `2**log2_n`
 points; its 95% errors come from the standard error of the four scrambles' means).
@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "theory", "data", "certificate_references.json")
 BRANCHES = ("positional", "semantic")
 GRID = [(b, a, w) for w in (0.0, 0.3) for a in (0.5, 0.8, 1.1, 1.5, 2.0) for b in BRANCHES]
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     from phasejax.io import atomic_write_json, read_json
 
     points = POINTS if args.points is None else args.points
-    report = dict(generator="scripts/make_certificate_references.py",
+    report = dict(generator="scripts/checks/make_certificate_references.py",
                   rule=rule_description(args.log2_n, N_REPLICAS, args.seed), points=[])
     if args.points is not None and os.path.exists(args.out):
         report = read_json(args.out)

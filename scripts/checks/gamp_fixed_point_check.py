@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Does GAMP have a fixed point at the minimiser of the empirical risk, and is it stable? (docs/gamp.md, mechanism)
 
-    nice -n 15 python scripts/gamp_fixed_point_check.py                 # d = 200, seeds 0 1, both branches
-    python scripts/gamp_fixed_point_check.py --d 400 --seeds 0 1 2 --eps 0 1e-6 1e-3 --max-steps 80
+    nice -n 15 python scripts/checks/gamp_fixed_point_check.py                 # d = 200, seeds 0 1, both branches
+    python scripts/checks/gamp_fixed_point_check.py --d 400 --seeds 0 1 2 --eps 0 1e-6 1e-3 --max-steps 80
 
 Per branch (`BRANCH_INITS`) and seed, in float64, at the paper's point
 (`--alpha 2 --omega 0.3 --lam 0.01`):

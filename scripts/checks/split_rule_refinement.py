@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Refine SplitProductRule one field at a time at one point and print the fixed point of each rule.
 
-    python scripts/split_rule_refinement.py --branch semantic --alpha 1.1281818181818182 --omega 0.3 \
+    python scripts/checks/split_rule_refinement.py --branch semantic --alpha 1.1281818181818182 --omega 0.3 \
         [--variants default teacher_coordinates=0,n_piece=24 ...] [--out refinement.json]
 
 A variant is `default` (`SplitProductRule()`) or `field=value[,field=value]` over `SplitProductRule`'s fields
@@ -9,7 +9,7 @@ A variant is `default` (`SplitProductRule()`) or `field=value[,field=value]` ove
 `(xi, eta)` layout); by default the plain layout refined one field at a time, then the default rule (the
 table of docs/theory.md, section 8.2). Each is solved cold with the default `SEConfig`, and its
 q, m, V, theta, test_error, train_loss (each with its 95% error), status and node count are printed as one
-JSON line. Compare with a Sobol reference (`scripts/make_certificate_references.py`) to see which part of
+JSON line. Compare with a Sobol reference (`scripts/checks/make_certificate_references.py`) to see which part of
 the rule carries its error on a branch. One variant costs one compilation and one cold solve.
 """
 

@@ -4,7 +4,7 @@ section 7): the data of the rule study (`phasejax depth --layers 3`'s first seed
 state evolution with the same rule from the same start on the study's 128 draws. One CSV row per step: AMP's
 overlaps in units of the teacher's norm and the SE's.
 
-    python scripts/three_layer_amp_fine_rule.py --out results/depth/three_layers/amp_fine_rule.csv
+    python scripts/checks/three_layer_amp_fine_rule.py --out results/depth/three_layers/amp_fine_rule.csv
 
 With the default `(16, 10)` rule (25600 nodes per sample, 44 times the CPU preset's) one step takes about a minute
 of CPU time on 2 cores at `d = 1000`.

@@ -1,9 +1,9 @@
 """State evolution at one point of the L = 3 problem for a rank-1 and a rank-2 tied student, and rank-2
 students trained there.
 
-    python scripts/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
+    python scripts/checks/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
         --students 200 400 800 --out results/extensions/general_L/rank2_point.jsonl
-    python scripts/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
+    python scripts/checks/general_L_rank2_point.py --alpha 2.1 --log2-n 10 --inits semantic mixed \
         --students 200 400 800 --tie-width 1e-3 --out results/extensions/general_L/rank2_point_tie.jsonl
 
 Rank 1: the library's branch init; rank 2: `phasejax.extensions.rank2.rank2_init` (rotation gauge fixed),

@@ -8,8 +8,8 @@ prints the scaled residual per coordinate (`|F - x| / max(1, |x|)`, coordinates 
 order: q0 (4), m (2), V0 (4), theta0 (2)), how many nodes change their minimiser between the modes, and
 the fraction of nodes whose prox did not converge.
 
-    python scripts/rank2_semantic_residual.py            # alpha = 1.3, log2_n = 11, 150 iterations (~3 min)
-    python scripts/rank2_semantic_residual.py 1.8 11 150
+    python scripts/checks/rank2_semantic_residual.py            # alpha = 1.3, log2_n = 11, 150 iterations (~3 min)
+    python scripts/checks/rank2_semantic_residual.py 1.8 11 150
 
 Results (alpha = 1.3, log2_n = 11): the solve stops at max_iterations with residual 0.016; the
 residual sits in V0's off-diagonal entry (|V0_12| = 0.39 against V0_ii = 98 and 141) and in V0_22; the two

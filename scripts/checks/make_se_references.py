@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference fixed points from a much larger rule, for the test that the default's error bars cover its error.
 
-    python scripts/make_se_references.py [--out tests/theory/data/se_references.json]
+    python scripts/checks/make_se_references.py [--out tests/theory/data/se_references.json]
 
 At alpha in {0.5, 1.1} x omega in {0, 0.3}, both branches: solves with
 `SplitProductRule(n_smooth=10, eta_step=0.3, n_piece=24)` (225,600 nodes, 11x the default, with its own
@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POINTS = [(a, w) for a in (0.5, 1.1) for w in (0.0, 0.3)]
 LARGE = dict(n_smooth=10, eta_step=0.3, n_piece=24)
 
@@ -51,7 +51,7 @@ def main(argv=None):
             rows.append(reference_point(a, w, branch))
             print(rows[-1], flush=True)
     report = dict(date=datetime.date.today().isoformat(), device=str(jax.devices()[0].device_kind),
-                  rule=dict(name="SplitProductRule", **LARGE), generator="scripts/make_se_references.py",
+                  rule=dict(name="SplitProductRule", **LARGE), generator="scripts/checks/make_se_references.py",
                   points=rows)
     print("wrote", atomic_write_json(args.out, report))
 
