@@ -55,7 +55,7 @@ from phasejax.benchmarks.solves import batch, cold_solve, find_reference, warm_p
 from phasejax.benchmarks.training import training
 
 FIGURES = ("program", "cold_solve", "cached_solve", "warm_point", "batch", "gradient", "vmapped_batch", "lines",
-           "main_job", "paper_diagram", "training")
+           "main_job", "paper_diagram", "training", "counting")
 PROJECT_ROWS = 2           # omega rows measured when the paper diagram is projected
 
 __all__ = ["FIGURES", "PROJECT_ROWS", "BenchPlan", "run_figure", "benchmark_report", "summary_line", "device_name",
@@ -108,6 +108,10 @@ def run_figure(name: str, plan: BenchPlan, log: Callable[[str], None] = lambda l
     if name == "paper_diagram":
         return paper_diagram(quadrature=q, n_alpha=4 if plan.quick else PAPER_GRID["n_alpha"],
                              project_rows=PROJECT_ROWS if plan.project else None, progress=plan.progress)
+    if name == "counting":
+        from phasejax.tasks.histogram.bench import counting_entry
+
+        return counting_entry(quick=plan.quick, baseline=plan.baseline, log=log)
     return training(quick=plan.quick, log=log)
 
 

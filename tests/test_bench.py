@@ -78,7 +78,8 @@ def test_helpers():
     s = main_job_settings()
     assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (9, 11, 1, None)   # None: auto
     assert set(bench.FIGURES) == {"program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job",
-                                  "paper_diagram", "training", "gradient", "vmapped_batch", "lines"}
+                                  "paper_diagram", "training", "gradient", "vmapped_batch", "lines",
+                                  "counting"}
 
 
 def test_the_record_so_far_is_handed_over_after_every_figure(monkeypatch):

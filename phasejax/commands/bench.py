@@ -16,7 +16,9 @@ no compilation cache and with a filled one), main_job (`phasejax phase-diagram` 
 lines, in a fresh process with no compilation cache; --lines-host-devices N runs both commands on N simulated
 CPU devices), paper_diagram (the paper's 40 x 20 x 2 diagram; with --project, the default on a CPU,
 projected from 2 of its 20 omega rows), training (the vmapped training sweep and the solvers, as
-`phasejax bench-training`). The record holds the UTC date, the device, the versions and git commit, and per
+`phasejax bench-training`), counting (the counting training's run-steps per second at batch 32, one cell
+`d = p = 32` and the CPU preset's grid; --baseline PATH times that checkout's training path in the same run).
+The record holds the UTC date, the device, the versions and git commit, and per
 figure: seconds, seconds per point, points, whether compilation is included, statuses, and for batch the
 published method's time and the ratio. The figures run in the order --parts names them, and the record is
 written after each one (`"complete": false` until the last), so a run cut short keeps the figures it finished.
@@ -57,7 +59,7 @@ def add_arguments(ap) -> None:
                     help="lines, main_job: run the commands with --host-devices N (default: their own default)")
     add_output(ap, default_out(NAME), help="folder of the record <device>.json", guard=False)
     ap.add_argument("--no-progress", action="store_true", help="no progress lines (stderr) or progress bars")
-    for dest, parts in (("project", ("paper_diagram",)), ("reference", ("batch",)), ("baseline", ("program",)),
+    for dest, parts in (("project", ("paper_diagram",)), ("reference", ("batch",)), ("baseline", ("program", "counting")),
                         ("lines_host_devices", ("lines", "main_job"))):
         add_mode(ap, f"with --parts without {' or '.join(parts)}",
                  lambda args, parts=parts: not set(parts) & set(args.parts),

@@ -97,7 +97,7 @@ def run(args) -> int:
         flags.print_paths([_plot(TwoSolutions.load(args.out), args.out)])
         return 0
     preset = PRESETS[args.preset]
-    config = TwoSolutionsConfig(task=HistogramTask(args.T, args.L), d=args.d, p=args.width,
+    config = TwoSolutionsConfig(task=HistogramTask(args.T, args.L, law="uniform"), d=args.d, p=args.width,
                                 steps=flags.pick(args, "steps", preset), learning_rate=args.learning_rate,
                                 sgd_steps=flags.pick(args, "sgd_steps", preset), sgd_learning_rate=args.sgd_learning_rate,
                                 noise=args.noise, batch_size=args.batch_size, n_test=args.n_test)

@@ -17,7 +17,7 @@ from phasejax.tasks.histogram.two_solutions import (
     transformer_accuracy,
 )
 
-TASK = HistogramTask(T=6, L=5)
+TASK = HistogramTask(T=6, L=5, law="uniform")
 
 
 def test_masked_attention_sees_only_its_half_and_training_keeps_the_mask():

@@ -195,7 +195,7 @@ class TwoSolutionsConfig:
         attention matrices are kept per run (for the figure); probe_seed: their key.
     """
 
-    task: HistogramTask = HistogramTask(T=15, L=10)
+    task: HistogramTask = HistogramTask(T=15, L=10, law="uniform")
     d: int = 64
     p: int = 128
     steps: int = 3000
