@@ -76,7 +76,7 @@ def test_helpers():
     assert measured_rows(3, 5).tolist() == [0, 1, 2]
     assert record.status_counts(np.array([[0, 0], [1, 0]])) == {"converged": 3, "max_iterations": 1}
     s = main_job_settings()
-    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (9, 11, 1, None)   # None: auto
+    assert (len(s["alphas"]), len(s["omegas"]), s["tracks"], s["chunk_size"]) == (23, 11, 1, None)   # None: auto
     assert set(bench.FIGURES) == {"program", "cold_solve", "cached_solve", "warm_point", "batch", "main_job",
                                   "paper_diagram", "training", "gradient", "vmapped_batch", "lines",
                                   "counting"}

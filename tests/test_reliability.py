@@ -338,7 +338,7 @@ def test_help_texts_show_each_default_once(run_cli):
     _, out, _ = run_cli(["phase-diagram", "--help"])
     flat = " ".join(out.split())
     assert "--sigma SIGMA token standard deviation (default: 0.5)" in flat
-    assert "--n-alpha N_ALPHA number of alphas (default: 9)" in flat
+    assert "--n-alpha N_ALPHA number of alphas (default: 23)" in flat
 
 
 # ----------------------------------------------------------------------------

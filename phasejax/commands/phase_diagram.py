@@ -1,6 +1,6 @@
 """Phase diagram of positional vs semantic tied attention: the library's main job.
 
-    phasejax phase-diagram                                # the main job: the map on 9 x 11 points and the lines
+    phasejax phase-diagram                                # the main job: the map on 23 x 11 points and the lines
                                                           # at 51 omegas, into runs/phase_diagram
     phasejax phase-diagram --alpha-min 0.1 --n-alpha 40 --omega-max 0.95 --n-omega 20 --tracks 2 --out runs/paper
                                                           # the paper's full diagram, two census tracks
@@ -35,7 +35,7 @@ HELP = "the (alpha, omega) phase diagram with thresholds, error bars and spinoda
 
 
 def add_arguments(ap) -> None:
-    flags.add_range(ap, "alpha", 0.3, 2.5, 9)
+    flags.add_range(ap, "alpha", 0.3, 2.5, 23)
     flags.add_range(ap, "omega", 0.0, 0.5, 11, kind=unit_interval)
     ap.add_argument("--n-boundary", type=nonnegative_int, default=51,
                     help="omegas of the lines solved directly over the omega range (0: the grid's thresholds only)")
