@@ -61,7 +61,7 @@ def test_the_readme_lists_every_command_with_the_folder_it_writes():
         elif not out:
             assert "stdout" in rows[name], name
     script = open(os.path.join(ROOT, "scripts", "run_main.sh")).read()
-    for needle in ("runs/phase_diagram/", "11 min"):
+    for needle in ("runs/phase_diagram/", "9 min"):
         assert needle in script and needle in text.split("## Example")[0], needle
 
 
