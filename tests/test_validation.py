@@ -18,7 +18,8 @@ from phasejax.empirics import (
 from phasejax.empirics.data import positional_directions
 from phasejax.phase import PhaseConfig, PhaseGrid
 from phasejax.sweep import RunOptions
-from phasejax.tasks.histogram.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid, counting_sweep
+from phasejax.tasks.histogram import CountingProtocol, counting_sweep
+from phasejax.tasks.histogram.counting import COUNTING_CONFIGS, CountingConfig, CountingGrid
 from phasejax.tasks.histogram.data import HistogramTask
 from phasejax.tasks.histogram.two_solutions import TwoSolutionsConfig, attention_mask, two_solutions
 from phasejax.theory import MapApproximation, SEConfig, gauss_hermite, linear_baseline_error, make_params
@@ -93,11 +94,11 @@ CASES = [
     ("COUNTING_CONFIGS unknown name", lambda: COUNTING_CONFIGS["mlp"], "configuration"),
     ("CountingGrid ds = 0", lambda: CountingGrid(ds=(0, 2)), "ds"),
     ("CountingGrid seeds = 0.5", lambda: CountingGrid(seeds=(0.5,)), "seeds"),
-    ("counting_sweep steps = 0", lambda: counting_sweep(*SMALL_COUNTING, steps=0), "steps"),
-    ("counting_sweep batch_size = 2.5", lambda: counting_sweep(*SMALL_COUNTING, steps=2, batch_size=2.5),
-     "batch_size"),
-    ("counting_sweep learning_rate = 0", lambda: counting_sweep(*SMALL_COUNTING, steps=2, learning_rate=0.0),
-     "learning_rate"),
+    ("CountingProtocol epochs = 0", lambda: CountingProtocol(epochs=0), "epochs"),
+    ("CountingProtocol batch_size = 2.5", lambda: CountingProtocol(batch_size=2.5), "batch_size"),
+    ("CountingProtocol learning_rate = 0", lambda: CountingProtocol(learning_rate=0.0), "learning_rate"),
+    ("CountingProtocol b2 = 1", lambda: CountingProtocol(b2=1.0), "b2"),
+    ("counting_sweep grid not a CountingGrid", lambda: counting_sweep((2,), *SMALL_COUNTING[1:]), "grid"),
     ("attention_mask unknown kind", lambda: attention_mask("both", 8), "mask"),
     ("TwoSolutionsConfig d odd", lambda: TwoSolutionsConfig(d=7), "d"),
     ("TwoSolutionsConfig noise < 0", lambda: TwoSolutionsConfig(noise=-0.1), "noise"),
