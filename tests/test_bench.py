@@ -120,3 +120,26 @@ def test_a_baseline_checkout_is_the_package_its_process_imports(tmp_path):
     assert got["mark"] == "baseline" and got["file"].startswith(str(tmp_path))
     here = record.fresh_process("import json, phasejax; print(json.dumps(dict(file=phasejax.__file__)))")
     assert here["file"].startswith(record.repository_root())
+
+
+def test_the_command_figures_assemble_their_records(monkeypatch):
+    """`main_job` and `lines` time commands in fresh processes (stood in for here): each passes the folders and
+    flags it means, reads the statuses back and builds its record (the assembly runs on every machine; the
+    timings themselves belong to `phasejax bench`)."""
+    from phasejax.benchmarks import diagrams
+
+    calls = []
+
+    def fake_run(argv, *, cache=None, host_devices=None):
+        calls.append((argv, cache, host_devices))
+        return dict(seconds=float(len(calls)), returncode=0, tail=[])
+
+    monkeypatch.setattr(diagrams, "run_command", fake_run)
+    monkeypatch.setattr(diagrams, "_statuses", lambda path, column: {"converged": 5})
+    job = diagrams.main_job(host_devices=2, quick=True)
+    assert calls[0][0][:2] == ["phase-diagram", "--out"] and calls[0][2] == 2 and calls[0][1] is None
+    assert "--n-boundary" in calls[0][0] and job["seconds"] == 1.0 and job["host_devices"] == 2
+    lines = diagrams.lines(host_devices=2, quick=True)
+    cold, fill, warm = calls[1:]
+    assert cold[0][0] == fill[0][0] == warm[0][0] == "boundary" and cold[1] is None and fill[1] == warm[1]
+    assert lines["seconds"] == 2.0 and lines["cached_seconds"] == 4.0 and lines["points"] == 5

@@ -3,6 +3,7 @@ diagram, run in full or projected from a few omega rows (`paper_diagram`)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import numpy as np
