@@ -8,7 +8,6 @@ seconds; the one that runs every replot on the committed results is marked slow.
 """
 
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -18,28 +17,10 @@ import pytest
 from phasejax.cli import build_parser, main
 from phasejax.commands.argtypes import OUTPUT_MARKER, guard_output
 
+from _cli import one_error_line, snapshot
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
-
-
-def snapshot(folder) -> dict:
-    """`{relative path: SHA-256}` of every file under `folder` (empty for a missing folder)."""
-    out = {}
-    for dirpath, _, files in os.walk(folder):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, folder)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
-def one_error_line(err: str, command: str) -> str:
-    """The one `phasejax <command>: error:` line of `err` (asserting there is exactly one and no traceback)."""
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("phasejax")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"phasejax {command}: error: "), err
-    return lines[0]
 
 
 def copy_files(src: str, dst, names) -> str:

@@ -8,7 +8,6 @@ result file was lost or changed. Every case stops before any compile (or uses a 
 file runs in seconds.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -24,32 +23,13 @@ from phasejax.commands.argtypes import OUTPUT_MARKER, UsageError, guard_output
 from phasejax.io import read_csv, read_json, write_csv
 from phasejax.sweep import CHUNK_META, RunOptions, chunk_checksum, run_chunked
 
+from _cli import one_error_line, snapshot
 from _compare import RTOL_FLOAT32, assert_same_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = sorted(command_modules())
 TINY_TRAIN = ["train", "--d", "4", "--alphas", "1", "--omegas", "0.3", "--seeds", "1", "--inits", "semantic",
               "--max-steps", "2", "--n-test", "4", "--no-progress"]
-
-
-def snapshot(folder) -> dict:
-    """`{relative path: SHA-256}` of every file under `folder`."""
-    out = {}
-    for dirpath, _, files in os.walk(folder):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, folder)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
-def one_error_line(err: str, command: str) -> str:
-    """The one `phasejax <command>: error:` line of `err` (asserting there is exactly one, and no traceback)."""
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("phasejax")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"phasejax {command}: error: "), err
-    return lines[0]
 
 
 # ----------------------------------------------------------------------------

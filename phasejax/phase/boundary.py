@@ -16,23 +16,21 @@ Where a branch ends (collapses onto its invariant plane) is read off the grid, a
 
 At one `omega` each line is corrected by Newton in `alpha` (`refine`): the branches it needs are solved at the
 current `alpha`, warm-started (`lane_solve`: one Newton solve of the state evolution, `phasejax.theory.newton`),
-and the function's derivative comes from the implicit derivative of the fixed point (`phasejax.theory.adjoint`;
-for the gain, a second derivative of the map along the fixed point's tangent), so a step is `-f / f_alpha`. A step
+and the function's derivative comes from the derivatives of the fixed point the solver carries
+(`phasejax.theory.newton.sensitivities`; for the gain, a secant through the lane's last two solves), so a step is
+`-f / f_alpha`. A step
 below `BoundaryConfig.accept` is taken without another solve. Along `omega` the lines are continued (`segment`):
 the next point's `alpha` and the branches' states are predicted from the implicit derivatives in `omega`
 (`d alpha / d omega = -f_omega / f_alpha`, `dx = x_alpha d alpha + x_omega d omega`), so one solve per branch and
 line is usually enough. A segment starts with a coarse scan of both branches along `alpha` (`scan`): each line's
-first sign change on it is its first guess. Segments run side by side on the devices (`boundary_lines`, through
+first sign change on it is its first guess. Segments run side by side on the devices (`phase_boundary`, through
 `phasejax.sweep.run_chunked`: resumable, sharded; an accelerator maps many segments at once).
 
 Errors (95%): `alpha_c` and `alpha_l` carry the quadrature error of their defining function (the two training
 losses', or the test error's, from the solver's error replicas) propagated through its slope, plus the last
 Newton step; the other lines the last Newton step only. The replicon's verdict at `alpha_c` is the branches'
 (`phasejax.theory.replicon`). Every Newton step is safeguarded by the bracket the line's signs give (a step out of
-it bisects). Statuses per line and `omega` are `phasejax.solvers.Status` codes (`LINE_STATUS`): `converged`,
-`no_root` (no root in `[alpha_min, alpha_max]`, or the line is not there at this `omega`), `branch_lost` (a solve
-it needs failed, or its branch collapsed there), `max_iterations` (Newton did not settle within `max_rounds`) and
-`invalid_iterate` (a step that is not finite, with no bracket to bisect).
+it bisects). Each line has a `phasejax.solvers.Status` per `omega` (`LINE_STATUS`).
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from phasejax.bundle import BundleFile, ResultBundle
+from phasejax.phase.diagram import PHASE_BRANCHES, scheme_fields
 from phasejax.solvers import HasStatus, Status, status_names
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.branches import BranchInit, branch_init, stack_inits
@@ -58,7 +57,6 @@ from phasejax.theory.se_map import MapApproximation, SEProblem, initial_warm
 
 Array = jax.Array
 
-BRANCH_NAMES = ("positional", "semantic")
 LINES = ("alpha_c", "alpha_l", "spinodal_positional", "spinodal_semantic")
 """The lines, in the order of every per-line array."""
 LINE_STATUS = (Status.CONVERGED, Status.NO_ROOT, Status.BRANCH_LOST, Status.MAX_ITERATIONS, Status.INVALID_ITERATE)
@@ -521,7 +519,7 @@ def segment(config: BoundaryConfig, params: TiedAttentionParams, omegas: Array, 
     from phasejax.theory.quadrature import resolve_scheme
 
     scheme = resolve_scheme(None, params) if scheme is None else scheme
-    inits = stack_inits([branch_init(b, params) for b in BRANCH_NAMES])
+    inits = stack_inits([branch_init(b, params) for b in PHASE_BRANCHES])
     first = refine(config, params, inits, scheme, scan(config, params, inits, scheme, omegas[0]), omegas[0])
 
     def advance(carry, omega):
@@ -573,8 +571,6 @@ share (a cross-check: `with_grid`; NaN elsewhere)."""
 
 def boundary_config(params, omegas, scheme, config: BoundaryConfig, segments: int) -> dict:
     """Everything the lines depend on, for a run's fingerprint (JSON)."""
-    from phasejax.phase.diagram import scheme_fields
-
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     return dict(kind="tied_attention_phase_boundary", omegas=[float(w) for w in omegas], segments=int(segments),
                 sigma=np.asarray(params.sigma).tolist(), lam=float(params.lam), A=np.asarray(params.A).tolist(),
@@ -653,7 +649,7 @@ def lines_table(omegas, points: dict) -> dict[str, np.ndarray]:
     out["status"] = out["alpha_c_status"]
     out["rs_stable_positional"], out["rs_stable_semantic"] = points["rs"][:, 0], points["rs"][:, 1]
     out["alpha_l_branch"] = np.where(np.isfinite(out["alpha_l"]),
-                                     np.asarray(BRANCH_NAMES)[points["branch_l"].astype(int)], "none")
+                                     np.asarray(PHASE_BRANCHES)[points["branch_l"].astype(int)], "none")
     out["solves"] = points["rounds"].astype(int)
     for c in BOUNDARY_COLUMNS[-4:]:
         out[c] = np.full(out["omega"].shape, np.nan)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from typing import Callable
 
@@ -189,25 +188,18 @@ print(json.dumps(out))
 
 
 def _baseline_path(sizes: dict, baseline: str, timeout: float = 3600) -> dict:
-    """The baseline checkout's training path timed in a fresh Python process (its package first on the path;
-    without the site hooks, so that an editable install of another checkout does not take its place)."""
-    import site
+    """The baseline checkout's training path timed in a fresh Python process
+    (`phasejax.benchmarks.record.fresh_process`, the baseline's package imported)."""
+    from phasejax.benchmarks.record import fresh_process
+    from phasejax.tasks.histogram import COUNTING_CONFIGS
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(baseline), *site.getsitepackages(),
-                                         env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-S", "-c", _BASELINE_CODE, json.dumps(sizes)], capture_output=True,
-                         text=True, timeout=timeout, env=env, cwd=os.path.abspath(baseline))
-    if out.returncode != 0:
-        raise RuntimeError(f"the baseline measurement failed: {out.stderr.strip().splitlines()[-1:]}")
-    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    rec = fresh_process(_BASELINE_CODE, json.dumps(sizes), source=os.path.abspath(baseline), timeout=timeout)
     T, L, B, steps = sizes["T"], sizes["L"], sizes["batch"], sizes["steps"]
     d, p = sizes["cell"]
-    cell_flops = sum(3.0 * model_flops("dot" if n.startswith("dot") else "linear", T, L, d, p, "BOS" in n)
-                     for n in sizes["configs"]) * B * sizes["cell_runs"] * steps
-    preset_flops = sum(3.0 * model_flops("dot" if n.startswith("dot") else "linear", T, L, dv, pv, "BOS" in n)
-                       for n in sizes["configs"] for dv in sizes["preset_ds"] for pv in sizes["preset_ps"]
-                       ) * B * sizes["preset_seeds"] * steps
+    configs = [COUNTING_CONFIGS[n] for n in sizes["configs"]]
+    cell_flops = sum(3.0 * model_flops(c.mixing, T, L, d, p, c.bos) for c in configs) * B * sizes["cell_runs"] * steps
+    preset_flops = sum(3.0 * model_flops(c.mixing, T, L, dv, pv, c.bos) for c in configs
+                       for dv in sizes["preset_ds"] for pv in sizes["preset_ps"]) * B * sizes["preset_seeds"] * steps
     rec["cell"]["model_flops"], rec["preset"]["model_flops"] = cell_flops, preset_flops
     return dict(cell=_rates(rec["cell"], B), preset=_rates(rec["preset"], B))
 
