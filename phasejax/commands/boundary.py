@@ -14,6 +14,7 @@ branch was lost at some omega.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -78,8 +79,6 @@ def run(args) -> int:
     if boundary is None:
         return flags.not_finished(options)
     elapsed = time.perf_counter() - t0
-    import dataclasses
-
     paths = dataclasses.replace(boundary, **flags.provenance()).write(args.out)
     paths.append(plot_boundary(boundary, os.path.join(args.out, "boundary.png")))
     problem = report(boundary)

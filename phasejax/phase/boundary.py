@@ -43,17 +43,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from phasejax import xla
 from phasejax.bundle import BundleFile, ResultBundle
 from phasejax.phase.diagram import PHASE_BRANCHES, scheme_fields
+from phasejax.precision import float64_scope
 from phasejax.solvers import HasStatus, Status, status_names
+from phasejax.sweep import run_chunked, run_options
 from phasejax.theory.baselines import linear_baseline_error
 from phasejax.theory.branches import BranchInit, branch_init, stack_inits
 from phasejax.theory.fields import field_maps
 from phasejax.theory.newton import NewtonSE, SEConfig, postprocess, run_newton, sensitivities
-from phasejax.theory.params import TiedAttentionParams
+from phasejax.theory.params import TiedAttentionParams, validate_params
+from phasejax.theory.quadrature import SplitProductRule, resolve_scheme
 from phasejax.theory.replicon import DEFAULT_TIE_WIDTH, rs_stable
 from phasejax.theory.results import spread_error
 from phasejax.theory.se_map import MapApproximation, SEProblem, initial_warm
+from phasejax.theory.solver import map_points
 
 Array = jax.Array
 
@@ -516,8 +521,6 @@ def segment(config: BoundaryConfig, params: TiedAttentionParams, omegas: Array, 
     """The lines along `omegas (W,)` (increasing): the coarse scan at `omegas[0]`, Newton there, then each next
     `omega` predicted from the last (`alpha` and the branches' states along their implicit derivatives) and
     corrected by Newton (`refine`). Pure and jittable; returns `LinePoint`s with a leading `(W,)` axis."""
-    from phasejax.theory.quadrature import resolve_scheme
-
     scheme = resolve_scheme(None, params) if scheme is None else scheme
     inits = stack_inits([branch_init(b, params) for b in PHASE_BRANCHES])
     first = refine(config, params, inits, scheme, scan(config, params, inits, scheme, omegas[0]), omegas[0])
@@ -553,8 +556,6 @@ nodes."""
 def line_scheme(params, quadrature=None):
     """The rule of the lines: `quadrature` (a scheme or `Quadrature`), or the default: `LINE_RULE` where the
     split rule applies (`L = 2`, `r = t = 1`), else the solver's default."""
-    from phasejax.theory.quadrature import SplitProductRule, resolve_scheme
-
     if quadrature is None and SplitProductRule.applies_to(params):
         quadrature = SplitProductRule(**LINE_RULE)
     return resolve_scheme(quadrature, params)
@@ -590,14 +591,6 @@ def phase_boundary(params: TiedAttentionParams, omegas, *, quadrature=None, conf
     continued from its own coarse scan; the segments are the tasks of `phasejax.sweep.run_chunked` (resumable,
     sharded over devices: two host devices keep two CPU cores busy, an accelerator maps a chunk's segments side by
     side). `quadrature`: the lines' rule (default `line_scheme`)."""
-    import jax
-
-    from phasejax import xla
-    from phasejax.precision import float64_scope
-    from phasejax.sweep import run_chunked, run_options
-    from phasejax.theory.params import validate_params
-    from phasejax.theory.solver import map_points
-
     if not isinstance(config, BoundaryConfig):
         raise ValueError(f"config must be a BoundaryConfig, got {type(config).__name__}")
     w = np.asarray(omegas, float)
